@@ -1,0 +1,28 @@
+"""The `keyshared` command line: one module per command group, gathered here.
+
+Every command reads `KEYSHARED_BOOTSTRAP_SERVERS` and `KEYSHARED_ZOOKEEPER` as defaults so that
+`eval "$(keyshared dev env)"` is all the setup a shell needs.
+"""
+
+from __future__ import annotations
+
+import click
+
+from keyshared.cli.demo import demo
+from keyshared.cli.dev import dev
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="keyshared")
+def cli() -> None:
+    """Per-key parallel Kafka consumption: order per key, safe commits, DLQs."""
+
+
+cli.add_command(dev)
+cli.add_command(demo)
+
+
+def main() -> None:
+    cli(auto_envvar_prefix="KEYSHARED")
