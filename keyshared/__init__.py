@@ -1,5 +1,38 @@
-"""keyshared: process Kafka messages in parallel per key, keeping per-key order."""
+"""keyshared: process Kafka messages in parallel per key, keeping per-key order.
+
+The public names live here; everything else is an implementation module. The consumer is
+imported lazily so that light commands (``keyshared dev``) do not load the Kafka client.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import TYPE_CHECKING, Any
+
+from keyshared.core.poison import DeserializationError, DoNotRetry, PoisonPolicy, RetryPolicy
+from keyshared.errors import ConfigurationError, KeySharedError, UnreachableError
+from keyshared.record import Record
+from keyshared.settings import ConsumerOptions
+
+if TYPE_CHECKING:
+    from keyshared.kafka.consumer import KeySharedConsumer
+
+__all__ = [
+    "ConfigurationError",
+    "ConsumerOptions",
+    "DeserializationError",
+    "DoNotRetry",
+    "KeySharedConsumer",
+    "KeySharedError",
+    "PoisonPolicy",
+    "Record",
+    "RetryPolicy",
+    "UnreachableError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "KeySharedConsumer":
+        from keyshared.kafka.consumer import KeySharedConsumer
+
+        return KeySharedConsumer
+    raise AttributeError(f"module 'keyshared' has no attribute {name!r}")

@@ -36,6 +36,7 @@ class Entry(Generic[P]):
     in_flight: bool = False
     done: bool = False
     attempt: int = field(default=1)
+    first_failure: float | None = None  # wall-clock time of the first failed attempt
 
 
 class CursorBlocker(NamedTuple):
@@ -140,6 +141,20 @@ class InFlightWindow(Generic[P]):
                 return None
             self._key_queues[key] = deque()
         return self._try_start(entry)
+
+    def admit_finished(self, offset: int) -> None:
+        """Take a received record that needs no processing (filtered out): done on arrival."""
+        if offset < self._end:
+            raise ValueError(
+                f"offset {offset} admitted out of order: the window has already seen "
+                f"offsets up to {self._end - 1}"
+            )
+        self._end = offset + 1
+        self._already_done.discard(offset)
+        entry: Entry[P] = Entry(offset, None, -1, None, 0.0, False)  # type: ignore[arg-type]
+        entry.done = True
+        self._pending.append(entry)
+        self._advance()
 
     def complete(self, offset: int) -> list[Entry[P]]:
         """Mark an in-flight record finished; return the records that may now be dispatched.

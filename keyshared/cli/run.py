@@ -1,0 +1,201 @@
+"""`keyshared run MODULE:FUNC`: a consumer around a handler, until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import click
+
+from keyshared.core.poison import PoisonPolicy, RetryPolicy
+from keyshared.errors import KeySharedError
+
+__all__ = ["load_handler", "parse_properties", "run"]
+
+log = logging.getLogger("keyshared.run")
+
+
+def load_handler(spec: str) -> Callable[..., Any]:
+    """Import ``module:function`` from the current directory (like ``python -m``)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter(f"{spec!r} is not MODULE:FUNCTION", param_hint="HANDLER")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="HANDLER"
+        ) from None
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise click.BadParameter(f"{module_name!r} has no {attr!r}", param_hint="HANDLER")
+    if not callable(target):
+        raise click.BadParameter(f"{spec} is not callable", param_hint="HANDLER")
+    return target  # type: ignore[no-any-return]
+
+
+def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
+    props = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not key=value", param_hint="-X")
+        props[name.strip()] = value
+    return props
+
+
+@click.command(context_settings={"show_default": True})
+@click.argument("handler", metavar="MODULE:FUNC")
+@click.option(
+    "--bootstrap-servers",
+    "-b",
+    envvar="KEYSHARED_BOOTSTRAP_SERVERS",
+    required=True,
+    help="Kafka bootstrap servers (default: $KEYSHARED_BOOTSTRAP_SERVERS).",
+)
+@click.option("--group", "-g", required=True, help="Consumer group id.")
+@click.option(
+    "--topic", "-t", "topics", multiple=True, required=True, help="Topic to consume (repeatable)."
+)
+@click.option(
+    "--workers",
+    "-w",
+    type=click.IntRange(min=1),
+    default=16,
+    help="Worker threads (or concurrent coroutines for async handlers).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["partition", "key_shared", "exclusive"]),
+    default="partition",
+    help="Assignment mode (key_shared needs --zookeeper).",
+)
+@click.option(
+    "--zookeeper",
+    envvar="KEYSHARED_ZOOKEEPER",
+    default=None,
+    help="ZooKeeper hosts for coordination (default: $KEYSHARED_ZOOKEEPER).",
+)
+@click.option(
+    "--poison",
+    type=click.Choice([p.value for p in PoisonPolicy]),
+    default=PoisonPolicy.DEAD_LETTER.value,
+    help="What happens after the last attempt.",
+)
+@click.option("--dlq-topic", default="{topic}.dlq", help="DLQ topic; {topic} is the source topic.")
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=3,
+    help="Attempts per record, the first included.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on 127.0.0.1:PORT (0 picks a free port).",
+)
+@click.option("--metrics-host", default="127.0.0.1", help="Address for the metrics endpoint.")
+@click.option(
+    "--key-filter",
+    "key_filters",
+    multiple=True,
+    help="Only process keys matching this glob (repeatable); others are skipped.",
+)
+@click.option(
+    "--drain-timeout",
+    type=float,
+    default=30.0,
+    help="Seconds to wait for in-flight records on revoke and shutdown.",
+)
+@click.option(
+    "-X",
+    "properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="librdkafka property passed through (repeatable), e.g. -X fetch.max.bytes=1048576.",
+)
+@click.option(
+    "--log-level", default="INFO", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"])
+)
+def run(
+    handler: str,
+    bootstrap_servers: str,
+    group: str,
+    topics: tuple[str, ...],
+    workers: int,
+    mode: str,
+    zookeeper: str | None,
+    poison: str,
+    dlq_topic: str,
+    max_attempts: int,
+    metrics_port: int | None,
+    metrics_host: str,
+    key_filters: tuple[str, ...],
+    drain_timeout: float,
+    properties: tuple[str, ...],
+    log_level: str,
+) -> None:
+    """Consume TOPIC with the handler MODULE:FUNC, in parallel per key, in order per key.
+
+    The handler gets a keyshared.Record and may be a plain or an async function; raising
+    means failure (retried, then the --poison policy applies). On SIGINT/SIGTERM the consumer
+    stops fetching, drains what is in flight, commits and exits; a second signal exits at once.
+
+    Example: keyshared run myapp:handle -g orders -t orders --workers 64 --poison park
+    """
+    from keyshared.kafka.consumer import KeySharedConsumer
+
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    fn = load_handler(handler)
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "group.id": group}
+    config.update(parse_properties(properties))
+    if zookeeper and mode == "partition":
+        log.info("--zookeeper is not used in partition mode yet; the group protocol coordinates")
+    try:
+        consumer = KeySharedConsumer(
+            config,
+            list(topics),
+            fn,
+            workers=workers,
+            mode=mode,
+            poison=poison,
+            dlq_topic=dlq_topic,
+            retry=RetryPolicy(max_attempts=max_attempts),
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            key_filters=key_filters,
+            drain_timeout=drain_timeout,
+        )
+    except KeySharedError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    signals_seen = 0
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen > 1:
+            log.error("second %s: exiting without draining", signal.Signals(signum).name)
+            os._exit(130)
+        log.info(
+            "%s: draining and committing (send again to exit at once)", signal.Signals(signum).name
+        )
+        consumer.stop()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        consumer.run()
+    except KeySharedError as exc:
+        raise click.ClickException(str(exc)) from None

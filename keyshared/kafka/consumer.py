@@ -1,0 +1,330 @@
+"""``KeySharedConsumer``: the public entry point, which only wires the parts together.
+
+Each responsibility lives elsewhere: the poll loop (``poll_loop``), dispatch and windows
+(``dispatcher``), what happens to a record (``execution``), commits (``commits``), dead letters
+(``dlq``), parked keys (``keystate``), workers (``workers``). This class builds them from the
+options, runs the loop, and tears everything down in the right order.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from keyshared.core.poison import PoisonPolicy
+from keyshared.errors import ConfigurationError, UnreachableError
+from keyshared.kafka.client_config import client_properties
+from keyshared.kafka.dispatcher import Dispatcher
+from keyshared.kafka.dlq import DeadLetterWriter
+from keyshared.kafka.execution import RecordExecutor
+from keyshared.kafka.hotkeys_view import hot_keys_report
+from keyshared.kafka.keystate import KeyStateStore
+from keyshared.kafka.poll_loop import PollLoop
+from keyshared.kafka.pull import PullQueue
+from keyshared.kafka.scheduler import Scheduler
+from keyshared.kafka.workers import AsyncRunner, ThreadWorkers
+from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
+from keyshared.record import Record
+from keyshared.settings import ConsumerOptions, build_kafka_config
+
+__all__ = ["KeySharedConsumer"]
+
+log = logging.getLogger(__name__)
+_member_seq = itertools.count(1)
+_NEEDS_KEYSTATE = (PoisonPolicy.BLOCK, PoisonPolicy.BLOCK_AND_DEAD_LETTER, PoisonPolicy.PARK)
+
+
+class KeySharedConsumer:
+    """A consumer-group member that processes records in parallel per key, in order per key.
+
+    Example::
+
+        def handle(record: keyshared.Record) -> None:
+            print(record.key, record.value)
+
+        consumer = KeySharedConsumer(
+            {"bootstrap.servers": "127.0.0.1:9092", "group.id": "orders"},
+            ["orders"], handle, workers=32, poison="dead_letter",
+        )
+        consumer.run()          # blocks until consumer.stop() (thread-safe) is called
+
+    :param config: a confluent-kafka consumer config, passed through; keyshared owns
+        ``enable.auto.commit`` and ``enable.auto.offset.store`` (a conflicting value is an error).
+    :param topics: topics to subscribe to.
+    :param handler: called with each :class:`keyshared.Record`; a plain function runs on a
+        worker thread, an ``async def`` function on an event loop. Raising means failure.
+        ``None`` selects the pull style: iterate :meth:`records`, then :meth:`ack`/:meth:`nack`.
+    :param options: a :class:`~keyshared.settings.ConsumerOptions`, or give its fields as
+        keyword arguments (``workers=64, poison="park"``...).
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        topics: Iterable[str],
+        handler: Callable[[Record], Any] | None,
+        *,
+        options: ConsumerOptions | None = None,
+        **option_values: Any,
+    ) -> None:
+        if options is not None and option_values:
+            raise ConfigurationError("options", "give either options= or keyword options, not both")
+        if options is None:
+            try:
+                options = ConsumerOptions(**option_values)
+            except TypeError as exc:
+                raise ConfigurationError(
+                    str(exc).split("'")[-2] if "'" in str(exc) else "options",
+                    f"unknown option ({exc})",
+                ) from None
+        self.options = options
+        self._config = build_kafka_config(config)
+        if isinstance(topics, str):
+            topics = [topics]
+        self.topics = list(topics)
+        if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
+            raise ConfigurationError("topics", "must be a non-empty list of topic names")
+        if handler is not None and not callable(handler):
+            raise ConfigurationError("handler", f"must be callable, got {handler!r}")
+        self._handler = handler
+        self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+            getattr(handler, "__call__", None)  # noqa: B004
+        )
+        self.group = str(self._config["group.id"])
+        self.member = str(
+            self._config.get("client.id")
+            or f"{socket.gethostname()}-{os.getpid()}-{next(_member_seq)}"
+        )
+        self._config.setdefault("client.id", self.member)
+        self._stop = threading.Event()
+        self._started = threading.Event()
+        self._loop: PollLoop | None = None
+        self._dispatcher: Dispatcher | None = None
+        self._keystate: KeyStateStore | None = None
+        self._metrics_server: MetricsServer | None = None
+        self._finished = threading.Event()
+        self._pull: PullQueue | None = None
+        self._bg_lock = threading.Lock()
+        self._bg_thread: threading.Thread | None = None
+        self._bg_error: BaseException | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Consume until :meth:`stop`; then drain in-flight records, commit, and close."""
+        self._check_reachable()
+        options = self.options
+        metrics = ConsumerMetrics(self.group, self.member)
+        metrics.set_workers(options.workers)
+        scheduler = Scheduler()
+        runner: ThreadWorkers | AsyncRunner | PullQueue
+        if self._handler is None:
+            runner = self._pull = PullQueue(
+                options.workers, options.ack_timeout, scheduler.call_later
+            )
+        elif self._is_async:
+            runner = AsyncRunner(options.workers)
+        else:
+            runner = ThreadWorkers(options.workers)
+        dlq = DeadLetterWriter(
+            self._config, self.group, options.dlq_topic_for, metrics, scheduler.call_later
+        )
+        if options.poison in _NEEDS_KEYSTATE:
+            self._keystate = KeyStateStore(
+                self._config, self.group, self._on_remote_release, scheduler.call_later
+            )
+            self._keystate.start()
+        executor: list[RecordExecutor] = []
+        if isinstance(runner, PullQueue):
+            self._dispatcher = Dispatcher(
+                options,
+                runner.count,
+                lambda worker, work: runner.submit(worker, None, work),
+                on_draining=runner.purge,
+            )
+        else:
+            run_one = (
+                (lambda w: executor[0].run_async(w))
+                if self._is_async
+                else (lambda w: executor[0].run(w))
+            )
+            self._dispatcher = Dispatcher(
+                options, runner.count, lambda worker, work: runner.submit(worker, run_one, work)
+            )
+        executor.append(
+            RecordExecutor(
+                options, self._handler, self._dispatcher, scheduler.call_later, dlq, self._keystate
+            )
+        )
+        if isinstance(runner, PullQueue):
+            runner.executor = executor[0]
+        loop: list[PollLoop] = []
+        consumer = Consumer(
+            {
+                **self._config,
+                "on_commit": lambda err, parts: loop[0].committer.on_commit(err, parts),
+            }
+        )
+        self._loop = PollLoop(
+            consumer, self.topics, options, self._dispatcher, metrics, self._keystate, self._stop
+        )
+        loop.append(self._loop)
+        if options.metrics_port is not None:
+            self._metrics_server = start_metrics_server(
+                options.metrics_port,
+                options.metrics_host,
+                hotkeys=lambda: hot_keys_report(self._loop),
+            )
+            log.info("metrics at %s", self._metrics_server.url)
+        self._started.set()
+        try:
+            self._loop.run()
+        finally:
+            try:
+                consumer.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("closing the consumer failed: %s", exc)
+            runner.close()
+            dlq.close(5.0)
+            if self._keystate is not None:
+                self._keystate.close()
+            scheduler.close()
+            metrics.close()
+            if self._metrics_server is not None:
+                self._metrics_server.close()
+            self._finished.set()
+            log.info("consumer %s of group %s stopped", self.member, self.group)
+
+    # -- pull style ------------------------------------------------------------------------------
+
+    def records(self, timeout: float | None = None) -> Iterator[Record]:
+        """Pull records (consumer built with ``handler=None``); ack or nack each one.
+
+        Starts :meth:`run` on a background thread on first use. Ends when the consumer stops or,
+        with ``timeout``, when no record came for that long. Records of one key come one at a
+        time: the next is offered only after the previous was acked (or finally failed).
+        """
+        if self._handler is not None:
+            raise ConfigurationError("handler", "records() is for pull style: pass handler=None")
+        self._start_background()
+        self._started.wait()
+        while not self._finished.is_set():
+            if self._pull is None:
+                return
+            record = self._pull.get(timeout if timeout is not None else 0.2)
+            if record is not None:
+                yield record
+            elif timeout is not None:
+                return
+
+    def ack(self, record: Record) -> bool:
+        """The pulled record is processed. False if it was already settled (e.g. timed out)."""
+        return self._pull is not None and self._pull.ack(record)
+
+    def nack(self, record: Record, error: BaseException | None = None) -> bool:
+        """The pulled record failed: retried with backoff, then the poison policy applies."""
+        if self._pull is None:
+            return False
+        return self._pull.nack(record, error or RuntimeError("nacked by the application"))
+
+    def _start_background(self) -> None:
+        with self._bg_lock:
+            if self._bg_thread is None:
+                self._bg_thread = threading.Thread(
+                    target=self._run_background, name="keyshared-poll", daemon=True
+                )
+                self._bg_thread.start()
+
+    def _run_background(self) -> None:
+        try:
+            self.run()
+        except BaseException as exc:
+            self._bg_error = exc
+            self._started.set()
+            self._finished.set()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop and wait for a background :meth:`records` run to finish; re-raise its error."""
+        self.stop()
+        if self._bg_thread is not None:
+            self._bg_thread.join(timeout)
+        if self._bg_error is not None:
+            raise self._bg_error
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to drain, commit and return. Safe from any thread or signal handler."""
+        self._stop.set()
+
+    def wait_started(self, timeout: float | None = None) -> bool:
+        """Wait until :meth:`run` has built everything and started polling."""
+        return self._started.wait(timeout)
+
+    def __enter__(self) -> KeySharedConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bg_thread is not None:
+            self.close()
+        else:
+            self.stop()
+
+    @property
+    def metrics_url(self) -> str | None:
+        return self._metrics_server.url if self._metrics_server is not None else None
+
+    # -- operator actions ----------------------------------------------------------------------
+
+    def release(
+        self, topic: str, partition: int, key: bytes | None, *, retry: bool = False
+    ) -> str | None:
+        """Release a blocked or parked key; ``retry`` re-runs a blocked record, else it is skipped.
+
+        Returns what was released (``"blocked"``, ``"parked"``) or None if this member does not
+        hold the key. The release is also written to the key-state topic so it survives restarts.
+        """
+        released = self._release_local(topic, partition, key, retry=retry)
+        if self._keystate is not None:
+            self._keystate.release(topic, partition, key)
+        return released
+
+    def _release_local(
+        self, topic: str, partition: int, key: bytes | None, *, retry: bool
+    ) -> str | None:
+        if self._loop is None or self._dispatcher is None:
+            return None
+        state = self._loop.states.get((topic, partition))
+        if state is None:
+            return None
+        released = self._dispatcher.release(state, key, retry=retry)
+        if released:
+            log.info("released %s key %r of %s", released, key, state)
+        return released
+
+    def _on_remote_release(self, topic: str, partition: int, key: bytes | None) -> None:
+        self._release_local(topic, partition, key, retry=False)
+
+    def _check_reachable(self) -> None:
+        """Fail clearly and within a bound if the broker does not answer or a topic is missing."""
+        admin = AdminClient(client_properties(self._config))
+        timeout = self.options.startup_timeout
+        try:
+            metadata = admin.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise UnreachableError(
+                f"Kafka at {self._config['bootstrap.servers']} did not answer within {timeout:g}s "
+                f"({exc.args[0] if exc.args else exc}); is the broker running and reachable?"
+            ) from None
+        missing = [t for t in self.topics if not t.startswith("^") and t not in metadata.topics]
+        if missing:
+            raise ConfigurationError(
+                "topics", f"topic(s) not found on the broker: {', '.join(missing)}"
+            )

@@ -1,0 +1,208 @@
+"""Moves records from the poll thread through the windows to the workers and back.
+
+The dispatcher is the only code that touches the windows, always under one lock: the poll thread
+admits records, workers report outcomes, the scheduler re-dispatches retries. Everything it does
+under the lock is bookkeeping; handlers, DLQ writes and key-state writes run outside it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from keyshared.core.filters import KeyFilter
+from keyshared.core.ring import WorkerRing
+from keyshared.core.window import Entry, InFlightWindow
+from keyshared.kafka.partition import Blocked, PartitionState, Phase
+from keyshared.settings import ConsumerOptions
+
+__all__ = ["Dispatcher", "Work"]
+
+log = logging.getLogger(__name__)
+
+Work = tuple[PartitionState, Entry[Any]]
+
+
+class Dispatcher:
+    """Admission, dispatch, completion, release and drain of every assigned partition.
+
+    :param options: the consumer's options (window sizes, filters, null-key ordering, mode).
+    :param workers: how many workers the ring spreads keys over.
+    :param submit: hands an entry to a worker; must not block.
+    """
+
+    def __init__(
+        self,
+        options: ConsumerOptions,
+        workers: int,
+        submit: Callable[[int, Work], None],
+        on_draining: Callable[[list[PartitionState]], None] | None = None,
+    ) -> None:
+        self._options = options
+        self._ring = WorkerRing(range(workers))
+        self._filter = KeyFilter(options.key_filters) if options.key_filters else None
+        self._serial = options.mode == "exclusive"  # one ordered lane per partition
+        self._submit = submit
+        self._on_draining = on_draining
+        self._round_robin = itertools.cycle(range(workers))
+        self.lock = threading.Lock()
+        self._idle = threading.Condition(self.lock)
+
+    # -- poll thread -------------------------------------------------------------------------
+
+    def new_window(self, state: PartitionState, first_offset: int) -> InFlightWindow[Any]:
+        start = state.committed if state.committed is not None else first_offset
+        return InFlightWindow(
+            min(start, first_offset),
+            max_window=self._options.max_window,
+            per_worker_capacity=self._options.per_worker_capacity,
+            null_keys_ordered=self._options.null_keys_ordered or self._serial,
+            already_done=state.already_done,
+        )
+
+    def admit(self, state: PartitionState, messages: Iterable[Any]) -> None:
+        """Admit a partition's messages in offset order and dispatch what may start."""
+        now = time.monotonic()
+        metrics = state.metrics
+        accepts = self._filter.accepts if self._filter is not None else None
+        with self.lock:
+            if state.phase is not Phase.ACTIVE:
+                return
+            for msg in messages:
+                offset = msg.offset()
+                window = state.window
+                if window is None:
+                    window = state.window = self.new_window(state, offset)
+                key = msg.key()
+                metrics.received.inc()
+                state.busiest.add(key or b"")
+                if accepts is not None and not accepts(key):
+                    window.admit_finished(offset)
+                    metrics.filtered.inc()
+                    continue
+                if self._serial:
+                    lane_key: bytes | None = None
+                    worker = state.partition % self._ring_size()
+                elif key is None and not self._options.null_keys_ordered:
+                    lane_key, worker = None, next(self._round_robin)
+                else:
+                    lane_key, worker = key, self._ring.worker_for(key or b"")
+                entry = window.admit(offset, lane_key, worker, msg, now)
+                if entry is not None:
+                    state.running += 1
+                    self._submit(entry.worker, (state, entry))
+                elif window.get(offset) is None:
+                    metrics.skipped_done.inc()
+
+    def _ring_size(self) -> int:
+        return len(self._ring.workers)
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def finish(self, state: PartitionState, entry: Entry[Any]) -> None:
+        """The entry reached a terminal outcome: free its key, dispatch what that releases."""
+        with self.lock:
+            state.running -= 1
+            if state.phase is Phase.GONE or state.window is None:
+                self._idle.notify_all()
+                return
+            released = state.window.complete(entry.offset)
+            if state.phase is Phase.ACTIVE:
+                for nxt in released:
+                    state.running += 1
+                    self._submit(nxt.worker, (state, nxt))
+            else:
+                self._idle.notify_all()
+
+    def abandon(self, state: PartitionState) -> None:
+        """A worker will not run an entry of a partition that is no longer active."""
+        with self.lock:
+            state.running -= 1
+            self._idle.notify_all()
+
+    def is_active(self, state: PartitionState) -> bool:
+        return state.phase is Phase.ACTIVE
+
+    def retry_later(
+        self,
+        state: PartitionState,
+        entry: Entry[Any],
+        delay: float,
+        call_later: Callable[[float, Callable[[], None]], None],
+    ) -> None:
+        """Keep the key blocked while the entry waits out its backoff off the workers."""
+        with self.lock:
+            state.running -= 1
+            entry.attempt += 1
+            if state.phase is not Phase.ACTIVE:
+                self._idle.notify_all()
+                return
+        call_later(delay, lambda: self._redispatch(state, entry))
+
+    def _redispatch(self, state: PartitionState, entry: Entry[Any]) -> None:
+        with self.lock:
+            if state.phase is Phase.ACTIVE:
+                state.running += 1
+                self._submit(entry.worker, (state, entry))
+
+    def block(self, state: PartitionState, entry: Entry[Any], error: str) -> None:
+        """Hold the entry (and so its key and the cursor) until an operator releases it."""
+        with self.lock:
+            state.running -= 1
+            state.blocked[entry.key] = Blocked(entry, error, time.time())
+            self._idle.notify_all()
+
+    def release(self, state: PartitionState, key: bytes | None, *, retry: bool) -> str | None:
+        """Release a blocked or parked key; say what was released, or None if neither."""
+        with self.lock:
+            what = None
+            if key in state.parked:
+                state.parked.discard(key)
+                what = "parked"
+            blocked = state.blocked.pop(key, None)
+            if blocked is None:
+                return what
+            state.running += 1
+            if state.phase is not Phase.ACTIVE:
+                state.running -= 1
+                return "blocked"
+        if retry:
+            blocked.entry.attempt = 1
+            with self.lock:
+                self._submit(blocked.entry.worker, (state, blocked.entry))
+        else:
+            self.finish(state, blocked.entry)
+        return "blocked"
+
+    # -- rebalance ---------------------------------------------------------------------------
+
+    def stop_dispatching(self, states: list[PartitionState]) -> None:
+        with self.lock:
+            for state in states:
+                if state.phase is Phase.ACTIVE:
+                    state.phase = Phase.DRAINING
+        if self._on_draining is not None:
+            self._on_draining(states)
+
+    def wait_drained(self, states: list[PartitionState], timeout: float) -> bool:
+        """Wait until no entry of ``states`` is owned by a worker or a write; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while any(s.running > 0 for s in states):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._idle.wait(remaining)
+            return True
+
+    def remove(self, states: Iterable[PartitionState]) -> None:
+        with self.lock:
+            for state in states:
+                state.phase = Phase.GONE
+                if state.window is not None:
+                    state.window.remove()
+            self._idle.notify_all()

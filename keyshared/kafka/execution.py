@@ -1,0 +1,241 @@
+"""What happens to one record on a worker: deserialize, run the handler, settle the outcome.
+
+Success frees the key at once. A failure either waits out a backoff (the key stays blocked,
+other keys go on) or reaches the poison policy. Every path that writes somewhere first (DLQ,
+parked-key state) reports the record finished only from the broker's acknowledgement, so a
+record is never counted done before its dead letter is safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from keyshared.core.poison import DeserializationError, PoisonPolicy, Retry, decide
+from keyshared.core.window import Entry
+from keyshared.kafka.partition import PartitionState, Phase
+from keyshared.record import Record
+from keyshared.settings import ConsumerOptions
+
+if TYPE_CHECKING:
+    from keyshared.kafka.dispatcher import Dispatcher, Work
+    from keyshared.kafka.dlq import DeadLetterWriter
+    from keyshared.kafka.keystate import KeyStateStore
+
+__all__ = ["RecordExecutor"]
+
+log = logging.getLogger(__name__)
+
+
+def describe(state: PartitionState, entry: Entry[Any]) -> str:
+    return f"{state.topic}[{state.partition}]@{entry.offset} key={entry.payload.key()!r:.80}"
+
+
+class RecordExecutor:
+    """Runs entries for the dispatcher; one instance serves every worker."""
+
+    def __init__(
+        self,
+        options: ConsumerOptions,
+        handler: Callable[[Record], Any] | None,
+        dispatcher: Dispatcher,
+        call_later: Callable[[float, Callable[[], None]], None],
+        dlq: DeadLetterWriter,
+        keystate: KeyStateStore,
+    ) -> None:
+        self._options = options
+        self._handler = handler
+        self._dispatcher = dispatcher
+        self._call_later = call_later
+        self._dlq = dlq
+        self._keystate = keystate
+        self._rng = random.Random()
+
+    # -- entry points for the two kinds of worker -------------------------------------------
+
+    def run(self, work: Work) -> None:
+        state, entry = work
+        record = self.prepare(state, entry)
+        if record is None:
+            return
+        started = time.perf_counter()
+        assert self._handler is not None
+        try:
+            self._handler(record)
+        except BaseException as exc:
+            self.failed(state, entry, exc)
+            return
+        self.succeeded(state, entry, time.perf_counter() - started)
+
+    async def run_async(self, work: Work) -> None:
+        state, entry = work
+        record = self.prepare(state, entry)
+        if record is None:
+            return
+        started = time.perf_counter()
+        assert self._handler is not None
+        try:
+            await self._handler(record)
+        except BaseException as exc:
+            self.failed(state, entry, exc)
+            return
+        self.succeeded(state, entry, time.perf_counter() - started)
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def prepare(self, state: PartitionState, entry: Entry[Any]) -> Record | None:
+        """The record to hand to the handler, or None when the entry was settled otherwise."""
+        if state.phase is not Phase.ACTIVE:
+            self._dispatcher.abandon(state)
+            return None
+        if entry.ordered and entry.key in state.parked:
+            self._dead_letter(state, entry, None, "parked", self._finish_parked_tail)
+            return None
+        msg = entry.payload
+        options = self._options
+        raw_key = msg.key()
+        try:
+            key = raw_key if options.key_deserializer is None else options.key_deserializer(raw_key)
+        except Exception as exc:
+            self._terminal(state, entry, DeserializationError("key", exc), "deserialization")
+            return None
+        try:
+            value = msg.value()
+            if options.value_deserializer is not None:
+                value = options.value_deserializer(value)
+        except Exception as exc:
+            self._terminal(state, entry, DeserializationError("value", exc), "deserialization")
+            return None
+        ts_type, ts = msg.timestamp()
+        return Record(
+            key=key,
+            value=value,
+            topic=state.topic,
+            partition=state.partition,
+            offset=entry.offset,
+            headers=tuple(msg.headers() or ()),
+            timestamp=ts / 1000.0 if ts_type else None,
+            attempt=entry.attempt,
+            raw_key=raw_key,
+        )
+
+    def succeeded(self, state: PartitionState, entry: Entry[Any], elapsed: float) -> None:
+        metrics = state.metrics
+        metrics.processed.inc()
+        metrics.handler_seconds.observe(elapsed)
+        ts_type, ts = entry.payload.timestamp()
+        if ts_type:
+            metrics.end_to_end_seconds.observe(max(0.0, time.time() - ts / 1000.0))
+        state.slowest.add(entry.payload.key() or b"", elapsed)
+        self._dispatcher.finish(state, entry)
+
+    def failed(self, state: PartitionState, entry: Entry[Any], exc: BaseException) -> None:
+        state.metrics.failed.inc()
+        if entry.first_failure is None:
+            entry.first_failure = time.time()
+        decision = decide(entry.attempt, exc, self._options.retry, self._rng)
+        if isinstance(decision, Retry):
+            state.metrics.retried.inc()
+            log.debug("retrying %s in %.3fs after %r", describe(state, entry), decision.delay, exc)
+            self._dispatcher.retry_later(state, entry, decision.delay, self._call_later)
+            return
+        self._terminal(state, entry, exc, decision.reason)
+
+    def _terminal(
+        self, state: PartitionState, entry: Entry[Any], exc: BaseException, reason: str
+    ) -> None:
+        """Apply the poison policy after the last attempt (or at once, for bad input)."""
+        if entry.first_failure is None:
+            entry.first_failure = time.time()
+        policy = self._options.poison
+        if policy is PoisonPolicy.PARK and not entry.ordered:
+            policy = PoisonPolicy.DEAD_LETTER  # an unordered record has no tail to park
+        where = describe(state, entry)
+        if policy is PoisonPolicy.DROP:
+            log.warning(
+                "dropping %s after %d attempt(s) (%s): %r", where, entry.attempt, reason, exc
+            )
+            state.metrics.dropped.inc()
+            self._dispatcher.finish(state, entry)
+        elif policy is PoisonPolicy.DEAD_LETTER:
+            log.warning("dead-lettering %s (%s): %r", where, reason, exc)
+            self._dead_letter(state, entry, exc, reason, self._finish_dead_lettered)
+        elif policy is PoisonPolicy.BLOCK:
+            log.error("blocking key of %s until released (%s): %r", where, reason, exc)
+            self._block(state, entry, exc)
+        elif policy is PoisonPolicy.BLOCK_AND_DEAD_LETTER:
+            log.error("dead-lettering and blocking key of %s (%s): %r", where, reason, exc)
+            self._dead_letter(state, entry, exc, reason, lambda s, e: self._block(s, e, exc))
+        else:
+            log.error(
+                "parking key of %s: it and its later records go to the DLQ (%s): %r",
+                where,
+                reason,
+                exc,
+            )
+            self._dead_letter(state, entry, exc, reason, self._park)
+
+    def _dead_letter(
+        self,
+        state: PartitionState,
+        entry: Entry[Any],
+        exc: BaseException | None,
+        reason: str,
+        then: Callable[[PartitionState, Entry[Any]], None],
+    ) -> None:
+        self._dlq.send(
+            entry.payload,
+            attempts=entry.attempt,
+            error=exc,
+            reason=reason,
+            traceback_text=_bounded_traceback(exc),
+            first_failure=entry.first_failure or time.time(),
+            still_wanted=lambda: state.phase is not Phase.GONE,
+            on_acked=lambda: then(state, entry),
+        )
+
+    def _finish_dead_lettered(self, state: PartitionState, entry: Entry[Any]) -> None:
+        state.metrics.dead_lettered.inc()
+        self._dispatcher.finish(state, entry)
+
+    def _finish_parked_tail(self, state: PartitionState, entry: Entry[Any]) -> None:
+        state.metrics.parked.inc()
+        self._dispatcher.finish(state, entry)
+
+    def _block(self, state: PartitionState, entry: Entry[Any], exc: BaseException) -> None:
+        if self._options.poison is PoisonPolicy.BLOCK_AND_DEAD_LETTER:
+            state.metrics.dead_lettered.inc()
+        self._keystate.record_blocked(
+            state.topic, state.partition, entry.key, entry.offset, repr(exc)
+        )
+        self._dispatcher.block(state, entry, repr(exc))
+
+    def _park(self, state: PartitionState, entry: Entry[Any]) -> None:
+        """Make the park durable, then let the key's later records follow into the DLQ."""
+        state.metrics.dead_lettered.inc()
+
+        def durable() -> None:
+            with self._dispatcher.lock:
+                state.parked.add(entry.key)
+            state.metrics.parked.inc()
+            self._dispatcher.finish(state, entry)
+
+        self._keystate.park(
+            state.topic,
+            state.partition,
+            entry.key,
+            entry.offset,
+            still_wanted=lambda: state.phase is not Phase.GONE,
+            on_durable=durable,
+        )
+
+
+def _bounded_traceback(exc: BaseException | None, limit: int = 4000) -> str:
+    if exc is None:
+        return ""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text[-limit:]

@@ -1,0 +1,113 @@
+"""Where handlers run: a pool of threads, or one asyncio loop for ``async def`` handlers.
+
+Both take work as ``(callable, argument)`` pairs and never block the caller, so the poll thread
+that dispatches into them can always go back to polling. Each thread worker owns its queue: the
+hash ring sends a key to one worker, so that worker sees the key's records one after another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+__all__ = ["AsyncRunner", "ThreadWorkers"]
+
+log = logging.getLogger(__name__)
+
+Task = tuple[Callable[[Any], Any], Any]
+_STOP = None
+
+
+class ThreadWorkers:
+    """``count`` threads, one queue each; ``submit(worker, fn, arg)`` runs ``fn(arg)`` there."""
+
+    def __init__(self, count: int, name: str = "keyshared-worker") -> None:
+        self._queues: list[queue.SimpleQueue[Task | None]] = [
+            queue.SimpleQueue() for _ in range(count)
+        ]
+        self._threads = [
+            threading.Thread(target=self._loop, args=(q,), name=f"{name}-{i}", daemon=True)
+            for i, q in enumerate(self._queues)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def count(self) -> int:
+        return len(self._queues)
+
+    def submit(self, worker: int, fn: Callable[[Any], Any], arg: Any) -> None:
+        self._queues[worker].put((fn, arg))
+
+    def depth(self, worker: int) -> int:
+        return self._queues[worker].qsize()
+
+    @staticmethod
+    def _loop(tasks: queue.SimpleQueue[Task | None]) -> None:
+        while True:
+            task = tasks.get()
+            if task is _STOP:
+                return
+            fn, arg = task
+            try:
+                fn(arg)
+            except BaseException:  # a worker must outlive anything a task does
+                log.exception("keyshared worker task failed unexpectedly")
+
+    def close(self, timeout: float = 5.0) -> None:
+        for q in self._queues:
+            q.put(_STOP)
+        for thread in self._threads:
+            thread.join(timeout)
+
+
+class AsyncRunner:
+    """One event loop thread running coroutines, at most ``concurrency`` at a time.
+
+    Per-key order does not depend on the loop: the window releases a key's next record only
+    after the previous one finished, whichever coroutine ran it.
+    """
+
+    def __init__(self, concurrency: int, name: str = "keyshared-asyncio") -> None:
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._concurrency = concurrency
+        self._semaphore: asyncio.Semaphore | None = None
+        self._thread.start()
+        self._ready.wait()
+
+    @property
+    def count(self) -> int:
+        return self._concurrency
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._semaphore = asyncio.Semaphore(self._concurrency)
+        self._loop.call_soon(self._ready.set)
+        self._loop.run_forever()
+
+    def submit(self, worker: int, fn: Callable[[Any], Any], arg: Any) -> None:
+        self._loop.call_soon_threadsafe(self._spawn, fn, arg)
+
+    def depth(self, worker: int) -> int:
+        return 0
+
+    def _spawn(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
+        self._loop.create_task(self._bounded(fn, arg))
+
+    async def _bounded(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
+        assert self._semaphore is not None
+        async with self._semaphore:
+            try:
+                await fn(arg)
+            except BaseException:
+                log.exception("keyshared async task failed unexpectedly")
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout)

@@ -1,0 +1,37 @@
+"""The record a handler sees: a stable, typed view of one Kafka message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Header", "Record"]
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One Kafka record as handed to a handler.
+
+    ``key`` and ``value`` are the deserialized forms (raw ``bytes`` unless a deserializer was
+    configured); ordering always uses the raw key bytes, so a deserializer can never change
+    which records are ordered together. ``attempt`` starts at 1 and grows with each retry.
+    """
+
+    key: Any
+    value: Any
+    topic: str
+    partition: int
+    offset: int
+    headers: tuple[Header, ...]
+    timestamp: float | None
+    attempt: int
+    raw_key: bytes | None = None
+
+    def header(self, name: str) -> bytes | None:
+        """The last value of header ``name``, or None."""
+        for hname, hvalue in reversed(self.headers):
+            if hname == name:
+                return hvalue
+        return None

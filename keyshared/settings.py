@@ -1,0 +1,148 @@
+"""Every option keyshared owns, with its default and the reason for it, validated in one place.
+
+The confluent-kafka config dict is the user's and passes through untouched except for the few
+properties keyshared must own to keep its guarantees; a conflicting user value is an error at
+construction that names the property, never a silent override.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from keyshared.core.poison import PoisonPolicy, RetryPolicy, validate_policy_for_mode
+from keyshared.errors import ConfigurationError
+
+__all__ = ["MODES", "ConsumerOptions", "build_kafka_config"]
+
+MODES = ("partition", "key_shared", "exclusive")
+
+Deserializer = Callable[[bytes | None], Any]
+
+
+@dataclass(frozen=True)
+class ConsumerOptions:
+    """What the wrapper decides; Kafka's own settings stay in the config dict.
+
+    :param workers: worker threads (or concurrent coroutines for ``async def`` handlers).
+        Keys are spread over them by a consistent-hash ring. I/O-bound handlers want many.
+    :param max_window: per partition, in-flight + waiting records before fetching pauses.
+        Bounds memory (about 1 KiB per record plus its payload) and redelivery after a crash.
+    :param per_worker_capacity: per partition, records one worker may hold in flight before
+        more wait, so one slow worker cannot take the whole window.
+    :param commit_interval: seconds between asynchronous commits of the safe cursor.
+    :param drain_timeout: seconds a revoked partition waits for its in-flight records before
+        giving up (with a warning and a metric) so the rebalance can finish.
+    :param key_filters: glob patterns; records whose key matches none are skipped as done.
+    :param null_keys_ordered: treat null keys as one ordered key instead of unordered.
+    :param retry: attempts and backoff before the poison policy applies.
+    :param poison: what happens after the last attempt.
+    :param dlq_topic: DLQ topic; ``{topic}`` is replaced by the source topic.
+    :param key_deserializer: applied on the worker; a raise takes the poison path, no retry.
+    :param value_deserializer: as ``key_deserializer``, for values.
+    :param metrics_port: serve Prometheus metrics on this port (0 picks one); None: off.
+    :param metrics_host: address of the metrics endpoint; loopback unless set for containers.
+    :param startup_timeout: seconds to wait for the broker to answer before failing clearly.
+    :param mode: ``partition`` (default), ``key_shared`` or ``exclusive``.
+    :param ack_timeout: pull style only: seconds a record may stay un-acked before it counts
+        as failed and is redelivered (its key stays blocked meanwhile).
+    """
+
+    workers: int = 16
+    max_window: int = 10_000
+    per_worker_capacity: int = 1_000
+    commit_interval: float = 1.0
+    drain_timeout: float = 30.0
+    key_filters: Sequence[str] = ()
+    null_keys_ordered: bool = False
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    poison: PoisonPolicy = PoisonPolicy.DEAD_LETTER
+    dlq_topic: str = "{topic}.dlq"
+    key_deserializer: Deserializer | None = None
+    value_deserializer: Deserializer | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    startup_timeout: float = 30.0
+    mode: str = "partition"
+    ack_timeout: float = 300.0
+
+    def __post_init__(self) -> None:
+        positive_ints = ("workers", "max_window", "per_worker_capacity")
+        for name in positive_ints:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigurationError(name, f"must be a positive integer, got {value!r}")
+        for name in ("commit_interval", "drain_timeout", "startup_timeout", "ack_timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigurationError(name, f"must be a positive number, got {value!r}")
+        if self.mode not in MODES:
+            raise ConfigurationError(
+                "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}"
+            )
+        if self.mode == "key_shared":
+            raise ConfigurationError(
+                "mode", "key_shared needs the ZooKeeper coordinator, which is not available yet"
+            )
+        try:
+            policy = PoisonPolicy(self.poison)
+        except ValueError:
+            allowed = ", ".join(p.value for p in PoisonPolicy)
+            raise ConfigurationError(
+                "poison", f"must be one of {allowed}, got {self.poison!r}"
+            ) from None
+        object.__setattr__(self, "poison", policy)
+        try:
+            validate_policy_for_mode(policy, self.mode)
+        except ValueError as exc:
+            raise ConfigurationError("poison", str(exc)) from None
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigurationError("metrics_port", f"must be 0..65535, got {self.metrics_port}")
+        if not self.dlq_topic:
+            raise ConfigurationError("dlq_topic", "must not be empty")
+        for pattern in self.key_filters:
+            if not isinstance(pattern, str) or not pattern:
+                raise ConfigurationError(
+                    "key_filters", f"patterns must be non-empty strings: {pattern!r}"
+                )
+
+    def dlq_topic_for(self, topic: str) -> str:
+        return self.dlq_topic.replace("{topic}", topic)
+
+
+# Properties keyshared must own: commits are its job (only safe offsets), and offsets are
+# stored by it, never by librdkafka on delivery.
+_OWNED: dict[str, str] = {
+    "enable.auto.commit": "false",
+    "enable.auto.offset.store": "false",
+}
+
+
+def build_kafka_config(user: Mapping[str, Any]) -> dict[str, Any]:
+    """The consumer config: the user's dict plus what keyshared owns, or a clear error."""
+    if not isinstance(user, Mapping):
+        raise ConfigurationError("config", "must be a confluent-kafka config dict")
+    config = dict(user)
+    if not config.get("group.id"):
+        raise ConfigurationError("group.id", "is required: keyshared consumes as a group member")
+    if not config.get("bootstrap.servers"):
+        raise ConfigurationError("bootstrap.servers", "is required")
+    for prop, owned in _OWNED.items():
+        given = config.get(prop)
+        if given is not None and str(given).lower() != owned:
+            raise ConfigurationError(
+                prop, f"keyshared commits only safe offsets itself, so it must be {owned}"
+            )
+        config[prop] = owned
+    if str(config.get("group.protocol", "classic")).lower() == "consumer":
+        # KIP-848: the broker assigns; client-side assignors and timeouts are rejected.
+        if "partition.assignment.strategy" in config:
+            raise ConfigurationError(
+                "partition.assignment.strategy",
+                "is not allowed with group.protocol=consumer (the broker assigns)",
+            )
+    else:
+        config.setdefault("partition.assignment.strategy", "cooperative-sticky")
+    config.setdefault("auto.offset.reset", "earliest")
+    return config

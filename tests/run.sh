@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The project's one test command (README quickstart, step 2; CI runs it through .ci/run).
+# Installs whatever is missing on a fresh machine, then lints, type-checks and runs every test
+# against a real Kafka broker and ZooKeeper that the test session starts on 127.0.0.1.
+# Extra arguments go to pytest, e.g. `bash tests/run.sh -m unit` for the fast layer alone.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+need_apt=()
+command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null || need_apt+=(maven)
+command -v prometheus >/dev/null || need_apt+=(prometheus)
+if ((${#need_apt[@]})); then
+  echo "== installing Debian packages: ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [[ -z "${VIRTUAL_ENV:-}" ]]; then
+  [[ -x .venv/bin/python ]] || python3 -m venv .venv
+  # shellcheck disable=SC1091
+  source .venv/bin/activate
+fi
+echo "== installing keyshared with its dev extras into ${VIRTUAL_ENV}"
+python -m pip install -q --upgrade pip
+python -m pip install -q -e '.[dev]'
+
+echo "== fetching the Kafka and ZooKeeper jars (cached outside the repo)"
+keyshared dev fetch
+
+echo "== ruff"
+ruff check .
+echo "== mypy"
+mypy
+
+echo "== pytest"
+exec python -m pytest "$@"
