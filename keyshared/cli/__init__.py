@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import click
 
+from keyshared.cli.bench import bench
 from keyshared.cli.demo import demo
 from keyshared.cli.dev import dev
+from keyshared.cli.run import run
 
 __all__ = ["cli", "main"]
 
@@ -20,8 +22,10 @@ def cli() -> None:
     """Per-key parallel Kafka consumption: order per key, safe commits, DLQs."""
 
 
+cli.add_command(run)
 cli.add_command(dev)
 cli.add_command(demo)
+cli.add_command(bench)
 
 
 def main() -> None:
