@@ -282,7 +282,7 @@ def test_server_serves_metrics_and_hotkeys() -> None:
         base = server.url.removesuffix("/metrics")
         hot = json.loads(urllib.request.urlopen(base + "/hotkeys", timeout=10).read())
         assert hot == {
-            "t/0": {"busiest": [{"key": "payment-1", "count": 9}, {"key": "hex:ff00", "count": 2}]}
+            "t/0": {"busiest": [{"key": "payment-1", "count": 9}, {"key": "0xff00", "count": 2}]}
         }
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(base + "/nothing", timeout=10)
@@ -312,4 +312,4 @@ def test_hotkeys_without_source_or_with_a_failing_one() -> None:
 def test_key_text() -> None:
     assert key_text(None) is None
     assert key_text("é".encode()) == "é"
-    assert key_text(b"\x80") == "hex:80"
+    assert key_text(b"\x80") == "0x80"

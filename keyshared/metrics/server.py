@@ -36,13 +36,13 @@ _StartResponse = Callable[..., Any]
 
 
 def key_text(key: bytes | None) -> str | None:
-    """Render a message key for people: its text when it is UTF-8, else ``hex:`` and its bytes."""
+    """Render a message key for people: its text when UTF-8, else ``0x`` and its hex digits."""
     if key is None:
         return None
     try:
         return key.decode("utf-8")
     except UnicodeDecodeError:
-        return "hex:" + key.hex()
+        return "0x" + key.hex()
 
 
 def _json_default(value: object) -> object:

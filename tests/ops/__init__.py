@@ -1,0 +1,1 @@
+"""Operations tests: the Grafana dashboard proven on a real Prometheus."""
