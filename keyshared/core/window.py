@@ -37,6 +37,7 @@ class Entry(Generic[P]):
     done: bool = False
     attempt: int = field(default=1)
     first_failure: float | None = None  # wall-clock time of the first failed attempt
+    elapsed: float = 0.0  # seconds the last attempt's handler took
 
 
 class CursorBlocker(NamedTuple):
@@ -103,9 +104,12 @@ class InFlightWindow(Generic[P]):
         self._end = start_offset  # one past the highest offset received (or observed)
         self._pending: deque[Entry[P]] = deque()  # received, not yet passed by the cursor
         self._by_offset: dict[int, Entry[P]] = {}  # incomplete entries
-        self._key_queues: dict[bytes | None, deque[Entry[P]]] = {}  # busy keys -> waiting
+        # busy keys -> their waiting records; None while nothing waits (most keys, most of the
+        # time), so the common case allocates no queue
+        self._key_queues: dict[bytes | None, deque[Entry[P]] | None] = {}
         self._worker_load: dict[int, int] = {}
         self._worker_backlog: dict[int, deque[Entry[P]]] = {}
+        self._backlogged = 0  # records waiting only for worker capacity
         self._in_flight = 0
         self._paused = False
 
@@ -135,11 +139,15 @@ class InFlightWindow(Generic[P]):
             return None
         self._by_offset[offset] = entry
         if ordered:
-            queue = self._key_queues.get(key)
-            if queue is not None:
-                queue.append(entry)
+            queues = self._key_queues
+            if key in queues:
+                queue = queues[key]
+                if queue is None:
+                    queues[key] = deque((entry,))
+                else:
+                    queue.append(entry)
                 return None
-            self._key_queues[key] = deque()
+            queues[key] = None
         return self._try_start(entry)
 
     def admit_finished(self, offset: int) -> None:
@@ -171,9 +179,11 @@ class InFlightWindow(Generic[P]):
         self._in_flight -= 1
         released: list[Entry[P]] = []
         self._worker_load[entry.worker] -= 1
-        backlog = self._worker_backlog.get(entry.worker)
-        if backlog:
-            released.append(self._start(backlog.popleft()))
+        if self._backlogged:
+            backlog = self._worker_backlog.get(entry.worker)
+            if backlog:
+                self._backlogged -= 1
+                released.append(self._start(backlog.popleft()))
         if entry.ordered:
             queue = self._key_queues[entry.key]
             if queue:
@@ -182,14 +192,21 @@ class InFlightWindow(Generic[P]):
                     released.append(nxt)
             else:
                 del self._key_queues[entry.key]
-        self._advance()
+        pending = self._pending
+        if pending[0] is entry:
+            self._advance()
         return released
 
     def _try_start(self, entry: Entry[P]) -> Entry[P] | None:
-        if self._worker_load.get(entry.worker, 0) >= self.per_worker_capacity:
+        load = self._worker_load.get(entry.worker, 0)
+        if load >= self.per_worker_capacity:
             self._worker_backlog.setdefault(entry.worker, deque()).append(entry)
+            self._backlogged += 1
             return None
-        return self._start(entry)
+        entry.in_flight = True
+        self._in_flight += 1
+        self._worker_load[entry.worker] = load + 1
+        return entry
 
     def _start(self, entry: Entry[P]) -> Entry[P]:
         entry.in_flight = True
@@ -291,6 +308,7 @@ class InFlightWindow(Generic[P]):
         self._by_offset.clear()
         self._key_queues.clear()
         self._worker_backlog.clear()
+        self._backlogged = 0
         self._worker_load.clear()
         self._in_flight = 0
         return WindowDrain(in_flight, waiting)

@@ -126,15 +126,16 @@ class KeySharedConsumer:
         metrics = ConsumerMetrics(self.group, self.member)
         metrics.set_workers(options.workers)
         scheduler = Scheduler()
+        executor: list[RecordExecutor] = []  # built after the dispatcher it needs
         runner: ThreadWorkers | AsyncRunner | PullQueue
         if self._handler is None:
             runner = self._pull = PullQueue(
                 options.workers, options.ack_timeout, scheduler.call_later
             )
         elif self._is_async:
-            runner = AsyncRunner(options.workers)
+            runner = AsyncRunner(options.workers, lambda work: executor[0].run_async(work))
         else:
-            runner = ThreadWorkers(options.workers)
+            runner = ThreadWorkers(options.workers, lambda works: executor[0].run_batch(works))
         dlq = DeadLetterWriter(
             self._config, self.group, options.dlq_topic_for, metrics, scheduler.call_later
         )
@@ -143,26 +144,20 @@ class KeySharedConsumer:
                 self._config, self.group, self._on_remote_release, scheduler.call_later
             )
             self._keystate.start()
-        executor: list[RecordExecutor] = []
-        if isinstance(runner, PullQueue):
-            self._dispatcher = Dispatcher(
-                options,
-                runner.count,
-                lambda worker, work: runner.submit(worker, None, work),
-                on_draining=runner.purge,
-            )
-        else:
-            run_one = (
-                (lambda w: executor[0].run_async(w))
-                if self._is_async
-                else (lambda w: executor[0].run(w))
-            )
-            self._dispatcher = Dispatcher(
-                options, runner.count, lambda worker, work: runner.submit(worker, run_one, work)
-            )
+        self._dispatcher = Dispatcher(
+            options,
+            runner.count,
+            runner.submit,
+            on_draining=runner.purge if isinstance(runner, PullQueue) else None,
+        )
         executor.append(
             RecordExecutor(
-                options, self._handler, self._dispatcher, scheduler.call_later, dlq, self._keystate
+                options,
+                self._handler,
+                self._dispatcher,
+                scheduler.call_later,
+                dlq,
+                self._keystate,
             )
         )
         if isinstance(runner, PullQueue):

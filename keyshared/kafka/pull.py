@@ -49,8 +49,9 @@ class PullQueue:
         self._tokens = itertools.count()
         self._lock = threading.Lock()
 
-    def submit(self, worker: int, fn: object, work: Work) -> None:
-        self._ready.put(work)
+    def submit(self, worker: int, works: list[Work]) -> None:
+        for work in works:
+            self._ready.put(work)
 
     def depth(self, worker: int) -> int:
         return self._ready.qsize()

@@ -1,8 +1,8 @@
 """Where handlers run: a pool of threads, or one asyncio loop for ``async def`` handlers.
 
-Both take work as ``(callable, argument)`` pairs and never block the caller, so the poll thread
-that dispatches into them can always go back to polling. Each thread worker owns its queue: the
-hash ring sends a key to one worker, so that worker sees the key's records one after another.
+Both take work as lists (``submit(worker, works)``) and never block the caller, so the poll
+thread that dispatches into them can always go back to polling. Each thread worker owns its
+queue: the hash ring sends a key to one worker, so that worker sees the key's records in order.
 """
 
 from __future__ import annotations
@@ -18,15 +18,17 @@ __all__ = ["AsyncRunner", "ThreadWorkers"]
 
 log = logging.getLogger(__name__)
 
-Task = tuple[Callable[[Any], Any], Any]
 _STOP = None
 
 
 class ThreadWorkers:
-    """``count`` threads, one queue each; ``submit(worker, fn, arg)`` runs ``fn(arg)`` there."""
+    """``count`` threads, one queue each; ``submit(worker, works)`` runs ``run_batch(works)``."""
 
-    def __init__(self, count: int, name: str = "keyshared-worker") -> None:
-        self._queues: list[queue.SimpleQueue[Task | None]] = [
+    def __init__(
+        self, count: int, run_batch: Callable[[list[Any]], None], name: str = "keyshared-worker"
+    ) -> None:
+        self._run_batch = run_batch
+        self._queues: list[queue.SimpleQueue[list[Any] | None]] = [
             queue.SimpleQueue() for _ in range(count)
         ]
         self._threads = [
@@ -40,21 +42,20 @@ class ThreadWorkers:
     def count(self) -> int:
         return len(self._queues)
 
-    def submit(self, worker: int, fn: Callable[[Any], Any], arg: Any) -> None:
-        self._queues[worker].put((fn, arg))
+    def submit(self, worker: int, works: list[Any]) -> None:
+        self._queues[worker].put(works)
 
     def depth(self, worker: int) -> int:
         return self._queues[worker].qsize()
 
-    @staticmethod
-    def _loop(tasks: queue.SimpleQueue[Task | None]) -> None:
+    def _loop(self, tasks: queue.SimpleQueue[list[Any] | None]) -> None:
+        run_batch = self._run_batch
         while True:
-            task = tasks.get()
-            if task is _STOP:
+            works = tasks.get()
+            if works is _STOP:
                 return
-            fn, arg = task
             try:
-                fn(arg)
+                run_batch(works)
             except BaseException:  # a worker must outlive anything a task does
                 log.exception("keyshared worker task failed unexpectedly")
 
@@ -72,7 +73,13 @@ class AsyncRunner:
     after the previous one finished, whichever coroutine ran it.
     """
 
-    def __init__(self, concurrency: int, name: str = "keyshared-asyncio") -> None:
+    def __init__(
+        self,
+        concurrency: int,
+        run_one: Callable[[Any], Awaitable[None]],
+        name: str = "keyshared-asyncio",
+    ) -> None:
+        self._run_one = run_one
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -91,20 +98,21 @@ class AsyncRunner:
         self._loop.call_soon(self._ready.set)
         self._loop.run_forever()
 
-    def submit(self, worker: int, fn: Callable[[Any], Any], arg: Any) -> None:
-        self._loop.call_soon_threadsafe(self._spawn, fn, arg)
+    def submit(self, worker: int, works: list[Any]) -> None:
+        self._loop.call_soon_threadsafe(self._spawn, works)
 
     def depth(self, worker: int) -> int:
         return 0
 
-    def _spawn(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
-        self._loop.create_task(self._bounded(fn, arg))
+    def _spawn(self, works: list[Any]) -> None:
+        for work in works:
+            self._loop.create_task(self._bounded(work))
 
-    async def _bounded(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
+    async def _bounded(self, work: Any) -> None:
         assert self._semaphore is not None
         async with self._semaphore:
             try:
-                await fn(arg)
+                await self._run_one(work)
             except BaseException:
                 log.exception("keyshared async task failed unexpectedly")
 

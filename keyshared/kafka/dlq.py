@@ -1,0 +1,356 @@
+"""Dead-letter writes whose success is the broker's acknowledgement, never a hope.
+
+A poison record counts as done only once its dead letter is safe, so the writer reports success
+strictly from the delivery report, and a failure (DLQ topic missing, broker down, authorization)
+is logged, counted and retried with a capped backoff for as long as this member still owns the
+source partition. DLQ topics are never auto-created: operators own their partitions, retention
+and ACLs. Metadata is checked before producing, so a missing topic fails in milliseconds instead
+of after ``message.timeout.ms``.
+
+Each dead letter keeps the original key, value and headers byte for byte and adds provenance
+headers (see :class:`DlqHeader`). Source partition ``p`` maps to DLQ partition
+``p % dlq_partitions``; with one idempotent producer writing in call order, the dead letters of a
+source partition keep their relative order.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from keyshared.kafka.client_config import client_properties
+
+if TYPE_CHECKING:
+    from keyshared.metrics import ConsumerMetrics
+
+__all__ = [
+    "DeadLetterWriter",
+    "DlqHeader",
+    "provenance_headers",
+    "retry_delay",
+]
+
+log = logging.getLogger(__name__)
+
+MESSAGE_TIMEOUT_S = 30.0  # a broker outage surfaces as a failure (and a retry) within this
+_METADATA_TTL_S = 60.0  # how long a DLQ topic's partition count is trusted
+_METADATA_TIMEOUT_S = 5.0
+_MAX_ERROR_MESSAGE = 1_000  # bytes of the error message header
+_MAX_TRACEBACK = 8_000  # bytes of the traceback header (its tail: the raise site is last)
+
+
+def retry_delay(failures: int, initial: float, maximum: float) -> float:
+    """Seconds before the next try after ``failures`` consecutive failures (1-based): doubling,
+    capped, so an outage is probed quickly at first and then without hammering the broker."""
+    return float(min(maximum, initial * 2 ** min(failures - 1, 30)))
+
+
+class DlqHeader:
+    """Names of the provenance headers added to every dead letter (values are UTF-8 text;
+    times are epoch milliseconds). A record that was dead-lettered before keeps its old
+    ``keyshared.*`` headers; the new ones follow them, so the last occurrence is current."""
+
+    SOURCE_TOPIC = "keyshared.source.topic"
+    SOURCE_PARTITION = "keyshared.source.partition"
+    SOURCE_OFFSET = "keyshared.source.offset"
+    SOURCE_TIMESTAMP = "keyshared.source.timestamp"  # empty when the record had none
+    GROUP = "keyshared.group"
+    ATTEMPTS = "keyshared.attempts"
+    REASON = "keyshared.reason"  # exhausted, not_retriable, do_not_retry, deserialization, parked
+    ERROR_CLASS = "keyshared.error.class"  # module-qualified; empty for a parked key's tail
+    ERROR_MESSAGE = "keyshared.error.message"
+    TRACEBACK = "keyshared.error.traceback"
+    FIRST_FAILURE = "keyshared.failure.first"
+    LAST_FAILURE = "keyshared.failure.last"
+
+
+@dataclass
+class _Letter:
+    """One dead letter on its way."""
+
+    msg: Any  # the source confluent_kafka.Message
+    dlq_topic: str
+    headers: list[tuple[str, str | bytes | None]]
+    still_wanted: Callable[[], bool]
+    on_acked: Callable[[], None]
+
+    def __str__(self) -> str:
+        return f"{self.msg.topic()}[{self.msg.partition()}]@{self.msg.offset()}"
+
+    @property
+    def source_order(self) -> tuple[str, int, int]:
+        return (self.msg.topic(), self.msg.partition(), self.msg.offset())
+
+
+class DeadLetterWriter:
+    """Writes dead letters to ``dlq_topic_for(source_topic)`` and reports the broker's ack.
+
+    One daemon thread owns the producer: it checks metadata, produces and serves delivery
+    reports, so :meth:`send` only enqueues and never blocks a worker. When writes to a DLQ topic
+    fail, that topic backs off as a whole: its failed and newly arriving letters are held and
+    retried together, in source order, so an outage neither floods the log nor reorders them.
+
+    Example::
+
+        writer = DeadLetterWriter(config, "orders", lambda t: f"{t}.dlq", metrics,
+                                  scheduler.call_later)
+        writer.send(msg, attempts=3, error=exc, reason="exhausted", traceback_text=tb,
+                    first_failure=t0, still_wanted=lambda: owned, on_acked=mark_done)
+        writer.close(10.0)
+
+    :param kafka_config: the consumer's confluent-kafka config; only its connection, security
+        and identity properties are inherited by the producer.
+    :param group: the consumer group, recorded in every dead letter.
+    :param dlq_topic_for: the DLQ topic of a source topic.
+    :param metrics: counts acknowledged and failed writes per DLQ topic.
+    :param call_later: runs a callback after a delay; schedules the retries.
+    :param initial_backoff: seconds before the first retry of a failing DLQ topic.
+    :param max_backoff: cap of the retry delay: also the longest a recovered DLQ waits unused.
+    """
+
+    def __init__(
+        self,
+        kafka_config: Mapping[str, Any],
+        group: str,
+        dlq_topic_for: Callable[[str], str],
+        metrics: ConsumerMetrics,
+        call_later: Callable[[float, Callable[[], None]], None],
+        *,
+        initial_backoff: float = 0.5,
+        max_backoff: float = 10.0,
+    ) -> None:
+        self._producer_config = {
+            **client_properties(kafka_config),
+            "enable.idempotence": True,  # broker-side dedup of librdkafka's own retries
+            "acks": "all",
+            "message.timeout.ms": int(MESSAGE_TIMEOUT_S * 1000),
+            "allow.auto.create.topics": False,  # even where the broker would allow it
+            "linger.ms": 5,
+        }
+        self._group = group
+        self._dlq_topic_for = dlq_topic_for
+        self._metrics = metrics
+        self._call_later = call_later
+        self._initial_backoff = initial_backoff
+        self._max_backoff = max_backoff
+        self._producer = Producer(self._producer_config)
+        self._fatal: KafkaError | None = None
+        self._partitions: dict[str, tuple[int, float]] = {}  # topic -> (count, fetched at)
+        self._held: dict[str, list[_Letter]] = {}  # DLQ topic backing off -> its letters
+        self._failures: dict[str, int] = {}  # consecutive failures per DLQ topic
+        # Letters to write; a str is a DLQ topic whose backoff is over; None wakes a close.
+        self._inbox: queue.SimpleQueue[_Letter | str | None] = queue.SimpleQueue()
+        self._closing = threading.Event()
+        self._close_deadline = 0.0
+        self._thread = threading.Thread(target=self._loop, name="keyshared-dlq", daemon=True)
+        self._thread.start()
+
+    def send(
+        self,
+        msg: Any,
+        *,
+        attempts: int,
+        error: BaseException | None,
+        reason: str,
+        traceback_text: str,
+        first_failure: float,
+        still_wanted: Callable[[], bool],
+        on_acked: Callable[[], None],
+    ) -> None:
+        """Queue ``msg`` (a confluent_kafka.Message) for its DLQ; ``on_acked`` runs once, on the
+        writer's thread, after the broker acknowledged it. Returns at once."""
+        headers = provenance_headers(
+            msg, self._group, attempts, error, reason, traceback_text, first_failure
+        )
+        topic = self._dlq_topic_for(msg.topic())
+        self._inbox.put(_Letter(msg, topic, headers, still_wanted, on_acked))
+
+    def close(self, timeout: float) -> None:
+        """Write what is queued, wait up to ``timeout`` seconds for acks, stop the thread.
+
+        Letters not acknowledged by then (or held by a failing DLQ) are abandoned: their source
+        records are not done, so they are redelivered to the partition's next owner.
+        """
+        self._close_deadline = time.monotonic() + timeout
+        self._closing.set()
+        self._inbox.put(None)
+        self._thread.join(timeout + 1.0)
+        if self._thread.is_alive():
+            log.warning(
+                "DLQ writer did not finish within %.1fs; unacknowledged dead letters "
+                "will be redelivered from their source partitions",
+                timeout,
+            )
+
+    # -- the writer thread ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                idle = len(self._producer) == 0
+                item = self._inbox.get(timeout=0.5) if idle else self._inbox.get_nowait()
+            except queue.Empty:
+                item = None
+            if isinstance(item, _Letter):
+                self._submit(item)
+            elif isinstance(item, str):
+                self._wake(item)
+            else:
+                self._producer.poll(0.01)
+                if self._fatal is not None:
+                    self._replace_producer(self._fatal)
+                if (
+                    self._closing.is_set()
+                    and self._inbox.empty()
+                    and (len(self._producer) == 0 or time.monotonic() > self._close_deadline)
+                ):
+                    return
+
+    def _submit(self, letter: _Letter) -> None:
+        held = self._held.get(letter.dlq_topic)
+        if held is not None:
+            held.append(letter)  # the topic is backing off; keep source order behind it
+        elif letter.still_wanted():
+            self._write(letter)
+
+    def _wake(self, dlq_topic: str) -> None:
+        letters = sorted(self._held.pop(dlq_topic, ()), key=lambda letter: letter.source_order)
+        if self._closing.is_set():
+            return  # not done, so redelivered to the partition's next owner
+        for letter in letters:
+            self._submit(letter)
+
+    def _write(self, letter: _Letter) -> None:
+        try:
+            dlq_partition = letter.msg.partition() % self._partition_count(letter.dlq_topic)
+            while True:
+                try:
+                    self._producer.produce(
+                        letter.dlq_topic,
+                        key=letter.msg.key(),
+                        value=letter.msg.value(),
+                        headers=letter.headers,
+                        partition=dlq_partition,
+                        on_delivery=lambda err, _msg: self._delivered(letter, err),
+                    )
+                    return
+                except BufferError:
+                    self._producer.poll(0.1)  # local queue full: serve reports, then retry
+        except (KafkaException, LookupError) as exc:
+            self._failed(letter, str(exc.args[0] if exc.args else exc))
+
+    def _partition_count(self, topic: str) -> int:
+        cached = self._partitions.get(topic)
+        if cached is not None and time.monotonic() - cached[1] < _METADATA_TTL_S:
+            return cached[0]
+        found = self._producer.list_topics(topic, timeout=_METADATA_TIMEOUT_S).topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            why = (
+                found.error.str()
+                if found is not None and found.error is not None
+                else "no metadata"
+            )
+            raise LookupError(
+                f"DLQ topic {topic!r} is unavailable ({why}); keyshared does not "
+                "create DLQ topics, create it with the partitions you want"
+            )
+        self._partitions[topic] = (len(found.partitions), time.monotonic())
+        return len(found.partitions)
+
+    def _delivered(self, letter: _Letter, err: KafkaError | None) -> None:
+        if err is not None:
+            if err.fatal():
+                self._fatal = err
+            self._failed(letter, str(err))
+            return
+        self._failures.pop(letter.dlq_topic, None)
+        self._metrics.dlq_written(letter.dlq_topic)
+        try:
+            letter.on_acked()
+        except Exception:
+            log.exception("completing dead-lettered %s failed", letter)
+
+    def _failed(self, letter: _Letter, why: str) -> None:
+        topic = letter.dlq_topic
+        self._metrics.dlq_write_failed(topic)
+        held = self._held.get(topic)
+        if held is None:
+            held = self._held[topic] = []
+            self._partitions.pop(topic, None)  # re-read metadata on the next try
+            failures = self._failures[topic] = self._failures.get(topic, 0) + 1
+            delay = retry_delay(failures, self._initial_backoff, self._max_backoff)
+            self._call_later(delay, lambda: self._inbox.put(topic))
+            log.error("dead letter of %s to DLQ topic %r failed, the record stays incomplete; "
+                      "retrying the topic in %.1fs: %s", letter, topic, delay, why)  # fmt: skip
+        else:
+            log.error("dead letter of %s to DLQ topic %r failed, retrying with the topic: %s",
+                      letter, topic, why)  # fmt: skip
+        held.append(letter)
+
+    def _replace_producer(self, err: KafkaError) -> None:
+        """A fatal producer error (e.g. broken idempotence state) poisons the instance: fail
+        what it still holds (each is retried) and carry on with a fresh producer."""
+        log.error("DLQ producer hit a fatal error, replacing it: %s", err)
+        old, self._producer, self._fatal = self._producer, Producer(self._producer_config), None
+        old.purge()
+        old.poll(0)
+
+
+def provenance_headers(
+    msg: Any,
+    group: str,
+    attempts: int,
+    error: BaseException | None,
+    reason: str,
+    traceback_text: str,
+    first_failure: float,
+) -> list[tuple[str, str | bytes | None]]:
+    """The original headers of ``msg`` followed by the :class:`DlqHeader` provenance headers."""
+    ts_type, ts = msg.timestamp()
+    text = {
+        DlqHeader.SOURCE_TOPIC: msg.topic(),
+        DlqHeader.SOURCE_PARTITION: str(msg.partition()),
+        DlqHeader.SOURCE_OFFSET: str(msg.offset()),
+        DlqHeader.SOURCE_TIMESTAMP: str(ts) if ts_type else "",
+        DlqHeader.GROUP: group,
+        DlqHeader.ATTEMPTS: str(attempts),
+        DlqHeader.REASON: reason,
+        DlqHeader.ERROR_CLASS: _qualified_name(error),
+        DlqHeader.FIRST_FAILURE: str(int(first_failure * 1000)),
+        DlqHeader.LAST_FAILURE: str(int(time.time() * 1000)),
+    }
+    headers: list[tuple[str, str | bytes | None]] = list(msg.headers() or ())
+    headers += [(name, value.encode()) for name, value in text.items()]
+    headers.append((DlqHeader.ERROR_MESSAGE, _bounded_head(_message(error), _MAX_ERROR_MESSAGE)))
+    headers.append((DlqHeader.TRACEBACK, _bounded_tail(traceback_text, _MAX_TRACEBACK)))
+    return headers
+
+
+def _qualified_name(error: BaseException | None) -> str:
+    if error is None:
+        return ""
+    kind = type(error)
+    module = "" if kind.__module__ == "builtins" else f"{kind.__module__}."
+    return module + kind.__qualname__
+
+
+def _message(error: BaseException | None) -> str:
+    if error is None:
+        return ""
+    return str(error) or repr(error)
+
+
+def _bounded_head(text: str, limit: int) -> bytes:
+    return text.encode()[:limit].decode(errors="ignore").encode()
+
+
+def _bounded_tail(text: str, limit: int) -> bytes:
+    data = text.encode()
+    return data[-limit:].decode(errors="ignore").encode() if len(data) > limit else data

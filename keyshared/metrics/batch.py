@@ -1,0 +1,38 @@
+"""Recording many observations at once, for the per-record hot path.
+
+prometheus-client takes a lock per ``inc()`` and walks the bucket list in Python per
+``observe()``: a few microseconds per record, which is most of the cost of a fast handler.
+Workers therefore tally a batch of successes and record it here: one ``inc(n)`` per counter,
+one bucket increment per occupied bucket and one sum increment per histogram.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Any
+
+__all__ = ["observe_many"]
+
+
+def observe_many(histogram: Any, values: list[float]) -> None:
+    """Same effect as ``histogram.observe(v)`` for every ``v``, in far fewer locked steps.
+
+    Uses the label child's bucket bounds and per-bucket values (stable across prometheus-client
+    releases for years); falls back to plain ``observe`` if they are not there.
+    """
+    if not values:
+        return
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(buckets) != len(bounds):
+        for value in values:
+            histogram.observe(value)
+        return
+    counts = [0] * len(bounds)
+    for value in values:
+        counts[bisect_left(bounds, value)] += 1
+    for index, count in enumerate(counts):
+        if count:
+            buckets[index].inc(count)
+    total.inc(sum(values))
