@@ -405,13 +405,11 @@ class KeyStateStore:
                     _low, high = self._watermarks.get_watermark_offsets(tp, remaining, cached=False)
                     return int(high)
                 except KafkaException as exc:
-                    if (
-                        time.monotonic() >= deadline
-                        or not exc.args[0].retriable()
-                        and (exc.args[0].code() != KafkaError._UNKNOWN_PARTITION)
-                    ):
+                    err = exc.args[0]
+                    transient = err.retriable() or err.code() == KafkaError._UNKNOWN_PARTITION
+                    if not transient or time.monotonic() >= deadline:
                         raise KeyStateError(
-                            f"cannot read the end of {self.topic!r}: {exc}"
+                            f"cannot read the end of {self.topic!r}: {err}"
                         ) from exc
                     time.sleep(0.1)
 
