@@ -37,7 +37,9 @@ class ConsumerOptions:
     :param key_filters: glob patterns; records whose key matches none are skipped as done.
     :param null_keys_ordered: treat null keys as one ordered key instead of unordered.
     :param retry: attempts and backoff before the poison policy applies.
-    :param poison: what happens after the last attempt.
+    :param poison: what happens after the last attempt. Default ``dead_letter``, or
+        ``block_and_dead_letter`` in ``exclusive`` mode (where skipping is not allowed).
+    :param poison_by_topic: per-topic overrides of ``poison``.
     :param dlq_topic: DLQ topic; ``{topic}`` is replaced by the source topic.
     :param key_deserializer: applied on the worker; a raise takes the poison path, no retry.
     :param value_deserializer: as ``key_deserializer``, for values.
@@ -57,7 +59,8 @@ class ConsumerOptions:
     key_filters: Sequence[str] = ()
     null_keys_ordered: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    poison: PoisonPolicy = PoisonPolicy.DEAD_LETTER
+    poison: PoisonPolicy | str | None = None
+    poison_by_topic: Mapping[str, PoisonPolicy | str] = field(default_factory=dict)
     dlq_topic: str = "{topic}.dlq"
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
@@ -85,18 +88,20 @@ class ConsumerOptions:
             raise ConfigurationError(
                 "mode", "key_shared needs the ZooKeeper coordinator, which is not available yet"
             )
-        try:
-            policy = PoisonPolicy(self.poison)
-        except ValueError:
-            allowed = ", ".join(p.value for p in PoisonPolicy)
-            raise ConfigurationError(
-                "poison", f"must be one of {allowed}, got {self.poison!r}"
-            ) from None
-        object.__setattr__(self, "poison", policy)
-        try:
-            validate_policy_for_mode(policy, self.mode)
-        except ValueError as exc:
-            raise ConfigurationError("poison", str(exc)) from None
+        default = (
+            PoisonPolicy.BLOCK_AND_DEAD_LETTER
+            if self.mode == "exclusive"
+            else (PoisonPolicy.DEAD_LETTER)
+        )
+        object.__setattr__(self, "poison", self._policy("poison", self.poison or default))
+        object.__setattr__(
+            self,
+            "poison_by_topic",
+            {
+                topic: self._policy(f"poison_by_topic[{topic!r}]", policy)
+                for topic, policy in dict(self.poison_by_topic).items()
+            },
+        )
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigurationError("metrics_port", f"must be 0..65535, got {self.metrics_port}")
         if not self.dlq_topic:
@@ -106,6 +111,24 @@ class ConsumerOptions:
                 raise ConfigurationError(
                     "key_filters", f"patterns must be non-empty strings: {pattern!r}"
                 )
+
+    def _policy(self, option: str, value: PoisonPolicy | str) -> PoisonPolicy:
+        try:
+            policy = PoisonPolicy(value)
+        except ValueError:
+            allowed = ", ".join(p.value for p in PoisonPolicy)
+            raise ConfigurationError(option, f"must be one of {allowed}, got {value!r}") from None
+        try:
+            validate_policy_for_mode(policy, self.mode)
+        except ValueError as exc:
+            raise ConfigurationError(option, str(exc)) from None
+        return policy
+
+    def poison_for(self, topic: str) -> PoisonPolicy:
+        """The terminal policy for records of ``topic``."""
+        policy = self.poison_by_topic.get(topic, self.poison)
+        assert isinstance(policy, PoisonPolicy)
+        return policy
 
     def dlq_topic_for(self, topic: str) -> str:
         return self.dlq_topic.replace("{topic}", topic)

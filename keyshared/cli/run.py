@@ -89,8 +89,9 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--poison",
     type=click.Choice([p.value for p in PoisonPolicy]),
-    default=PoisonPolicy.DEAD_LETTER.value,
-    help="What happens after the last attempt.",
+    default=None,
+    help="What happens after the last attempt [default: dead_letter; block_and_dead_letter "
+    "in exclusive mode].",
 )
 @click.option("--dlq-topic", default="{topic}.dlq", help="DLQ topic; {topic} is the source topic.")
 @click.option(
@@ -136,7 +137,7 @@ def run(
     workers: int,
     mode: str,
     zookeeper: str | None,
-    poison: str,
+    poison: str | None,
     dlq_topic: str,
     max_attempts: int,
     metrics_port: int | None,

@@ -139,7 +139,8 @@ class KeySharedConsumer:
         dlq = DeadLetterWriter(
             self._config, self.group, options.dlq_topic_for, metrics, scheduler.call_later
         )
-        if options.poison in _NEEDS_KEYSTATE:
+        policies = {options.poison, *options.poison_by_topic.values()}
+        if policies & set(_NEEDS_KEYSTATE):
             self._keystate = KeyStateStore(
                 self._config, self.group, self._on_remote_release, scheduler.call_later
             )

@@ -202,7 +202,7 @@ class RecordExecutor:
         """Apply the poison policy after the last attempt (or at once, for bad input)."""
         if entry.first_failure is None:
             entry.first_failure = time.time()
-        policy = self._options.poison
+        policy = self._options.poison_for(state.topic)
         if policy is PoisonPolicy.PARK and not entry.ordered:
             policy = PoisonPolicy.DEAD_LETTER  # an unordered record has no tail to park
         where = describe(state, entry)
@@ -258,7 +258,7 @@ class RecordExecutor:
         self._dispatcher.finish(state, entry)
 
     def _block(self, state: PartitionState, entry: Entry[Any], exc: BaseException) -> None:
-        if self._options.poison is PoisonPolicy.BLOCK_AND_DEAD_LETTER:
+        if self._options.poison_for(state.topic) is PoisonPolicy.BLOCK_AND_DEAD_LETTER:
             state.metrics.dead_lettered.inc()
         assert self._keystate is not None
         self._keystate.record_blocked(
