@@ -209,7 +209,6 @@ def _target(url: str) -> str:
 def test_dashboard_queries_on_a_real_consumer(
     kafka_bootstrap: str, new_topic: Callable[..., str], new_group: Callable[[str], str]
 ) -> None:
-    pytest.importorskip("keyshared.kafka.consumer", reason="KeySharedConsumer not available yet")
     topic, dlq = new_topic(partitions=4, prefix="dash"), new_topic(partitions=1, prefix="dash-dlq")
     group = new_group("dash")
     consumers: list[tuple[Any, Any]] = []
