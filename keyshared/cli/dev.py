@@ -1,12 +1,168 @@
-"""`keyshared dev`: the local Kafka + ZooKeeper (placeholder until the launcher lands)."""
+"""`keyshared dev`: run the local Kafka (KRaft) + ZooKeeper that development and tests use.
+
+Human-readable progress goes to stderr and only `export KEY=value` lines go to stdout, so both
+`eval "$(keyshared dev up)"` and `eval "$(keyshared dev env)"` set up the calling shell.
+"""
 
 from __future__ import annotations
 
+import shlex
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
 import click
+from rich.console import Console
+from rich.table import Table
+
+from keyshared.dev import (
+    RUNTIME_DIR_ENV,
+    ClusterStatus,
+    DevClusterError,
+    LocalCluster,
+    ServerStatus,
+    fetch_jars,
+    pinned_versions,
+)
+from keyshared.dev.cluster import DEFAULT_START_TIMEOUT_S
 
 __all__ = ["dev"]
+
+_err = Console(stderr=True, highlight=False)
+_F = TypeVar("_F", bound=Callable[..., Any])
+_LABELS = {"kafka": "Kafka", "zookeeper": "ZooKeeper"}
+
+
+def _runtime_dir_option(func: _F) -> _F:
+    option = click.option(
+        "--runtime-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar=RUNTIME_DIR_ENV,
+        default=None,
+        help=f"Folder for state, data and logs [env {RUNTIME_DIR_ENV}; "
+        "default ~/.cache/keyshared/dev].",
+    )
+    return option(func)
 
 
 @click.group()
 def dev() -> None:
-    """Run a local single-node Kafka (KRaft) and ZooKeeper on 127.0.0.1."""
+    """Run a local single-node Kafka (KRaft) and ZooKeeper on 127.0.0.1.
+
+    \b
+    keyshared dev up        start both (or find them running), print the env
+    eval "$(keyshared dev env)"   point this shell's keyshared commands at them
+    keyshared dev down      stop both; data is kept for the next `up`
+    """
+
+
+@dev.command()
+@_runtime_dir_option
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=DEFAULT_START_TIMEOUT_S,
+    show_default=True,
+    help="Seconds each server gets to answer.",
+)
+def up(runtime_dir: Path | None, timeout: float) -> None:
+    """Start Kafka and ZooKeeper (if not running); print `export` lines for eval."""
+    cluster = LocalCluster(runtime_dir, start_timeout=timeout)
+    versions = pinned_versions()
+    began = time.monotonic()
+    with _err.status(
+        f"Starting Kafka {versions.kafka} and ZooKeeper {versions.zookeeper} "
+        f"in {cluster.runtime_dir} ..."
+    ):
+        status = _guarded(cluster.up)
+    elapsed = time.monotonic() - began
+    for server in (status.kafka, status.zookeeper):
+        how = f"started in {elapsed:.1f} s" if server.started else "already running"
+        label = f"{_LABELS[server.name]} {server.version}"
+        _err.print(f"[green]✓[/] {label:<16} [bold]{server.address}[/]  pid {server.pid}  {how}")
+    _err.print(f"  logs: {status.kafka.log_file.parent}   stop: keyshared dev down")
+    _err.print('  this shell: eval "$(keyshared dev env)"')
+    _print_exports(status)
+
+
+@dev.command()
+@_runtime_dir_option
+@click.option("--purge", is_flag=True, help="Also delete the data and logs (next up is cold).")
+def down(runtime_dir: Path | None, purge: bool) -> None:
+    """Stop the servers this folder's `up` started (SIGTERM, then SIGKILL)."""
+    cluster = LocalCluster(runtime_dir)
+    stopped = _guarded(cluster.down)
+    if stopped:
+        listed = ", ".join(f"{_LABELS[name]} (pid {pid})" for name, pid in sorted(stopped.items()))
+        _err.print(f"Stopped {listed}.")
+    else:
+        _err.print(f"Nothing was running in {cluster.runtime_dir}.")
+    if purge:
+        _guarded(cluster.purge)
+        _err.print(f"Deleted the data and logs in {cluster.runtime_dir}.")
+
+
+@dev.command()
+@_runtime_dir_option
+def env(runtime_dir: Path | None) -> None:
+    """Print `export KEYSHARED_BOOTSTRAP_SERVERS=...` and `export KEYSHARED_ZOOKEEPER=...`."""
+    for key, value in _guarded(LocalCluster(runtime_dir).env).items():
+        click.echo(f"export {key}={shlex.quote(value)}")
+
+
+@dev.command()
+@_runtime_dir_option
+def status(runtime_dir: Path | None) -> None:
+    """Show each server's address, pid and whether it answers; exit 1 unless both do."""
+    cluster_status = _guarded(LocalCluster(runtime_dir).status)
+    table = Table(title=f"local cluster in {cluster_status.runtime_dir}", title_justify="left")
+    for column in ("server", "version", "address", "pid", "state"):
+        table.add_column(column)
+    for server in (cluster_status.kafka, cluster_status.zookeeper):
+        table.add_row(
+            _LABELS[server.name],
+            server.version,
+            server.address or "-",
+            str(server.pid) if server.pid else "-",
+            _state_label(server),
+        )
+    _err.print(table)
+    _err.print(f"logs: {cluster_status.kafka.log_file.parent}")
+    if not cluster_status.ready:
+        raise SystemExit(1)
+
+
+@dev.command()
+def fetch() -> None:
+    """Only download the Kafka and ZooKeeper jars into the cache (needs `mvn` once)."""
+    versions = pinned_versions()
+    with _err.status(f"Fetching Kafka {versions.kafka} and ZooKeeper {versions.zookeeper} ..."):
+        jars_dir = _guarded(fetch_jars)
+    count = sum(1 for _ in jars_dir.glob("*.jar"))
+    _err.print(f"[green]✓[/] {count} jars in {jars_dir}")
+
+
+def _print_exports(status: ClusterStatus) -> None:
+    """stdout gets only the eval-able lines, so `eval "$(keyshared dev up)"` works too."""
+    for key, value in _guarded(status.env).items():
+        click.echo(f"export {key}={shlex.quote(value)}")
+
+
+def _state_label(server: ServerStatus) -> str:
+    if server.answering:
+        return "[green]answering[/]"
+    if server.running:
+        return "[yellow]running, not answering[/]"
+    return "[red]stopped[/]"
+
+
+_T = TypeVar("_T")
+
+
+def _guarded(func: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """Run `func`; a DevClusterError becomes a one-line `Error: ...` and exit status 1."""
+    try:
+        return func(*args, **kwargs)
+    except DevClusterError as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -1,0 +1,145 @@
+"""The pinned Kafka and ZooKeeper jars: fetched once from Maven Central, cached outside the repo.
+
+`pom.xml` (next to this module) pins every version. `fetch_jars` runs
+`mvn dependency:copy-dependencies` on it into a folder named after the Kafka version and a hash
+of the pom, so a second call finds the complete folder and touches neither Maven nor the
+network, and an edited pom never mixes with jars of the old one. The folder appears atomically
+(copied into a temporary sibling, then renamed), so an interrupted fetch leaves no half-filled
+cache behind and two concurrent fetches cannot corrupt each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from keyshared.dev.errors import JarFetchError
+from keyshared.dev.tools import find_mvn
+
+__all__ = [
+    "JAR_CACHE_ENV",
+    "PinnedVersions",
+    "classpath",
+    "default_jar_cache",
+    "fetch_jars",
+    "jars_dir_for_pom",
+    "pinned_versions",
+    "pom_bytes",
+]
+
+JAR_CACHE_ENV = "KEYSHARED_JAR_CACHE"
+_COMPLETE_MARKER = ".complete"
+_MAVEN_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+# A cold fetch downloads ~40 MB; a slow mirror should still finish, a hung one should not hang CI.
+_FETCH_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True)
+class PinnedVersions:
+    """The server versions the pom pins (shown by `keyshared dev status`)."""
+
+    kafka: str
+    zookeeper: str
+
+
+def pom_bytes() -> bytes:
+    """The packaged pom.xml (installed as package data next to this module)."""
+    return resources.files("keyshared.dev").joinpath("pom.xml").read_bytes()
+
+
+def pinned_versions() -> PinnedVersions:
+    """Read `kafka.version` and `zookeeper.version` from the pom: one source of truth."""
+    root = ET.fromstring(pom_bytes())
+    props = root.find("m:properties", _MAVEN_NS)
+    kafka = props.findtext("m:kafka.version", namespaces=_MAVEN_NS) if props is not None else None
+    zookeeper = (
+        props.findtext("m:zookeeper.version", namespaces=_MAVEN_NS) if props is not None else None
+    )
+    if not kafka or not zookeeper:
+        raise JarFetchError("pom.xml lacks the kafka.version / zookeeper.version properties")
+    return PinnedVersions(kafka=kafka, zookeeper=zookeeper)
+
+
+def default_jar_cache() -> Path:
+    """`$KEYSHARED_JAR_CACHE`, else `$XDG_CACHE_HOME/keyshared/jars`, else `~/.cache/...`.
+
+    Kept apart from the runtime folder so that every runtime folder (each test session makes
+    its own) shares one download.
+    """
+    override = os.environ.get(JAR_CACHE_ENV)
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "keyshared" / "jars"
+
+
+def jars_dir_for_pom(cache_root: Path | None = None) -> Path:
+    """Where the jars of the packaged pom live (whether or not they are fetched yet)."""
+    root = cache_root if cache_root is not None else default_jar_cache()
+    digest = hashlib.sha256(pom_bytes()).hexdigest()[:12]
+    return root / f"kafka-{pinned_versions().kafka}-{digest}"
+
+
+def fetch_jars(cache_root: Path | None = None) -> Path:
+    """Return the folder of jars for the pinned versions, fetching them with Maven if needed.
+
+    :param cache_root: parent of the per-pom folders; default `default_jar_cache()`.
+    :raises MissingToolError: the jars are not cached and `mvn` is not installed.
+    :raises JarFetchError: Maven failed (its output is in the message).
+    """
+    target = jars_dir_for_pom(cache_root)
+    if (target / _COMPLETE_MARKER).is_file():
+        return target
+    mvn = find_mvn()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as work:
+        work_dir = Path(work)
+        pom = work_dir / "pom.xml"
+        pom.write_bytes(pom_bytes())
+        out_dir = work_dir / "jars"
+        command = [
+            mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+            "-DincludeScope=runtime", f"-DoutputDirectory={out_dir}",
+        ]  # fmt: skip
+        try:
+            result = subprocess.run(
+                command,
+                cwd=work_dir,
+                capture_output=True,
+                text=True,
+                timeout=_FETCH_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise JarFetchError(
+                f"mvn did not finish within {_FETCH_TIMEOUT_S:.0f} s; is Maven Central reachable?"
+            ) from exc
+        jars = sorted(p.name for p in out_dir.glob("*.jar")) if out_dir.is_dir() else []
+        if result.returncode != 0 or not jars:
+            output = (result.stdout + result.stderr).strip()[-3000:]
+            raise JarFetchError(
+                f"`{' '.join(command[1:5])} ...` failed (exit {result.returncode}); it needs "
+                f"Maven Central (or a mirror in ~/.m2/settings.xml).\n{output}"
+            )
+        (out_dir / _COMPLETE_MARKER).write_text("\n".join(jars) + "\n")
+        try:
+            out_dir.rename(target)
+        except OSError:
+            # Another fetch finished first; its folder is as good as ours.
+            if not (target / _COMPLETE_MARKER).is_file():
+                shutil.rmtree(target, ignore_errors=True)
+                out_dir.rename(target)
+    return target
+
+
+def classpath(jars_dir: Path) -> str:
+    """A `java -cp` value for every jar of the folder (the JVM expands the `*`)."""
+    return str(jars_dir / "*")

@@ -1,0 +1,204 @@
+"""The Kafka broker of the local cluster: one KRaft node that is both broker and controller.
+
+This module knows Kafka's files and flags; process control and waiting live in `cluster.py`.
+Every setting that differs from Kafka's default is in `broker_settings`, with the reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import subprocess
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from keyshared.dev.errors import StartupError
+from keyshared.dev.jars import classpath
+from keyshared.dev.logconfig import write_log4j2_config
+from keyshared.dev.ports import LOOPBACK, accepts_connections
+
+__all__ = [
+    "KafkaFiles",
+    "answers_metadata",
+    "broker_settings",
+    "format_storage",
+    "server_command",
+    "write_config",
+]
+
+_NODE_ID = 1
+# A metadata probe must not print librdkafka's connection errors on the user's terminal.
+_probe_logger = logging.getLogger("keyshared.dev.kafka.probe")
+_probe_logger.addHandler(logging.NullHandler())
+_probe_logger.propagate = False
+
+
+@dataclass(frozen=True)
+class KafkaFiles:
+    """Where the broker's files live inside a runtime folder."""
+
+    home: Path
+    config: Path
+    log4j_config: Path
+    data: Path
+    log_file: Path
+    console_file: Path
+
+    @classmethod
+    def in_runtime(cls, runtime_dir: Path) -> KafkaFiles:
+        home = runtime_dir / "kafka"
+        return cls(
+            home=home,
+            config=home / "server.properties",
+            log4j_config=home / "log4j2.properties",
+            data=home / "data",
+            log_file=runtime_dir / "logs" / "kafka.log",
+            console_file=runtime_dir / "logs" / "kafka.out",
+        )
+
+    @property
+    def marker(self) -> str:
+        """The config path: on the JVM's command line, it identifies this runtime's broker."""
+        return str(self.config)
+
+    @property
+    def formatted(self) -> bool:
+        """Whether KRaft storage exists (StorageTool writes meta.properties into the log dir)."""
+        return (self.data / "meta.properties").is_file()
+
+
+def broker_settings(files: KafkaFiles, broker_port: int, controller_port: int) -> dict[str, str]:
+    """The broker's server.properties, each deviation from Kafka's defaults with its reason."""
+    return {
+        # KRaft combined mode: a single JVM is broker and controller, no ZooKeeper involved.
+        "process.roles": "broker,controller",
+        "node.id": str(_NODE_ID),
+        # A static voter set: ports live only in this file (not in the formatted metadata), so
+        # a warm start may move to new ports if the old ones were taken meanwhile.
+        "controller.quorum.voters": f"{_NODE_ID}@{LOOPBACK}:{controller_port}",
+        # Loopback only: a dev broker must not be reachable from the network.
+        "listeners": f"PLAINTEXT://{LOOPBACK}:{broker_port},CONTROLLER://{LOOPBACK}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{broker_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(files.data),
+        # keyshared creates its topics explicitly; tests rely on a typo failing, not creating.
+        "auto.create.topics.enable": "false",
+        # One broker: every internal topic and every default must fit a single replica.
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        # Fewer internal partitions (default 50): the first group or transaction on a fresh
+        # broker creates them, and 50 of them cost seconds on a two-core laptop or CI runner.
+        "offsets.topic.num.partitions": "10",
+        "transaction.state.log.num.partitions": "10",
+        "num.partitions": "1",
+        # No 3 s wait for more members before the first classic-protocol rebalance.
+        "group.initial.rebalance.delay.ms": "0",
+        # Both group protocols on (Kafka 4.2's default, spelled out because keyshared is tested
+        # with `group.protocol=classic` and with `consumer`, KIP-848).
+        "group.coordinator.rebalance.protocols": "classic,consumer,streams",
+        # KIP-848 lets the broker, not the client, choose session and heartbeat times; the 45 s
+        # default session would make every crash test wait 45 s for the group to notice.
+        "group.consumer.min.session.timeout.ms": "6000",
+        "group.consumer.session.timeout.ms": "10000",
+        "group.consumer.min.heartbeat.interval.ms": "1000",
+        "group.consumer.heartbeat.interval.ms": "2000",
+        # Compacted topics are used in tests: keep the cleaner on and let it look every second
+        # (default 15 s) so a test of compaction does not idle.
+        "log.cleaner.enable": "true",
+        "log.cleaner.backoff.ms": "1000",
+    }
+
+
+def write_config(
+    files: KafkaFiles,
+    broker_port: int,
+    controller_port: int,
+    overrides: Mapping[str, str] | None = None,
+) -> None:
+    """Write server.properties (settings, then `overrides`) and the Log4j 2 file."""
+    settings = broker_settings(files, broker_port, controller_port)
+    settings.update(overrides or {})
+    files.home.mkdir(parents=True, exist_ok=True)
+    files.data.mkdir(parents=True, exist_ok=True)
+    body = "".join(f"{key}={value}\n" for key, value in settings.items())
+    files.config.write_text("# Written by keyshared dev on every start; edits are lost.\n" + body)
+    write_log4j2_config(
+        files.log4j_config,
+        files.log_file,
+        # Per-request and state-change logs are noise for a developer reading the log.
+        {"kafka.request.logger": "WARN", "state.change.logger": "WARN"},
+    )
+
+
+def format_storage(java: str, jars_dir: Path, files: KafkaFiles) -> None:
+    """Format KRaft storage once, with a fresh cluster id (Kafka's `StorageTool format`).
+
+    A short-lived JVM: the client compiler and a small serial heap start it fastest.
+    """
+    command = [
+        java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+        f"-Dlog4j2.configurationFile={files.log4j_config}",
+        "-cp", classpath(jars_dir),
+        "kafka.tools.StorageTool", "format",
+        "--cluster-id", _new_cluster_id(),
+        "--config", str(files.config),
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    if result.returncode != 0 or not files.formatted:
+        output = (result.stdout + result.stderr).strip()[-2000:]
+        raise StartupError(
+            f"formatting Kafka storage in {files.data} failed (exit {result.returncode}):\n"
+            f"{output}",
+            files.log_file,
+        )
+
+
+def server_command(java: str, jars_dir: Path, files: KafkaFiles, heap_mb: int) -> list[str]:
+    """The broker's `java` command line (the JVM flags of Kafka's own kafka-server-start.sh)."""
+    return [
+        java, f"-Xmx{heap_mb}m",
+        "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+        "-XX:+ExplicitGCInvokesConcurrent",
+        # A broker out of memory should die visibly, not limp along.
+        "-XX:+ExitOnOutOfMemoryError",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={files.log4j_config}",
+        f"-Dkafka.logs.dir={files.log_file.parent}",
+        "-cp", classpath(jars_dir),
+        "kafka.Kafka", str(files.config),
+    ]  # fmt: skip
+
+
+def answers_metadata(bootstrap_servers: str, port: int, timeout: float) -> bool:
+    """Whether the broker answers a metadata request listing at least one broker.
+
+    A TCP probe comes first so no client is built (and no connection error logged) while the
+    port is still closed.
+    """
+    if not accepts_connections(port):
+        return False
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _probe_logger}
+    admin = AdminClient(config)
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException:
+        return False
+    return len(metadata.brokers) > 0
+
+
+def _new_cluster_id() -> str:
+    """A Kafka `Uuid` string: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

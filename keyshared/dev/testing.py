@@ -1,0 +1,85 @@
+"""Helpers for tests against a real broker: unique names and topics that are ready when returned.
+
+Used by `tests/conftest.py` (the `new_topic` and `new_group` fixtures) and importable by any
+test. Every test gets its own topics and groups (names are random), so tests never see each
+other's records or offsets even on one shared broker.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Protocol
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+__all__ = ["GroupFactory", "TopicFactory", "create_topic", "delete_topics", "unique_name"]
+
+
+class TopicFactory(Protocol):
+    """The `new_topic` fixture: create a fresh topic, return its name once it is usable."""
+
+    def __call__(
+        self,
+        partitions: int = 3,
+        config: Mapping[str, str] | None = None,
+        *,
+        prefix: str = "topic",
+    ) -> str: ...
+
+
+class GroupFactory(Protocol):
+    """The `new_group` fixture: a fresh consumer group id."""
+
+    def __call__(self, prefix: str = "group") -> str: ...
+
+
+def unique_name(prefix: str) -> str:
+    """`prefix` plus 12 random hex digits: a topic or group name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def create_topic(
+    admin: AdminClient,
+    name: str,
+    partitions: int = 3,
+    config: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> None:
+    """Create topic `name` and wait until every partition has a leader.
+
+    CreateTopics returns before the broker has elected leaders; producing in that window
+    fails or stalls, so a test would have to sleep. This waits on the metadata instead.
+
+    :raises KafkaException: the broker refused the topic (the error names it).
+    :raises TimeoutError: leaders did not appear within `timeout` seconds.
+    """
+    new = NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))
+    admin.create_topics([new], operation_timeout=timeout)[name].result(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        metadata = admin.list_topics(topic=name, timeout=5.0).topics.get(name)
+        if (
+            metadata is not None
+            and metadata.error is None
+            and len(metadata.partitions) == partitions
+            and all(p.leader >= 0 and p.error is None for p in metadata.partitions.values())
+        ):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"topic {name!r}: partitions got no leader within {timeout:.0f} s")
+
+
+def delete_topics(admin: AdminClient, names: Iterable[str], timeout: float = 10.0) -> None:
+    """Delete topics, best effort: a test's clean-up must not fail the test."""
+    names = list(names)
+    if not names:
+        return
+    for future in admin.delete_topics(names, operation_timeout=timeout).values():
+        try:
+            future.result(timeout=timeout)
+        except (KafkaException, TimeoutError):
+            continue

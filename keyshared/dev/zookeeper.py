@@ -1,0 +1,107 @@
+"""The ZooKeeper server of the local cluster: standalone `ZooKeeperServerMain` on loopback.
+
+This module knows ZooKeeper's files, flags and the `ruok` probe; process control and waiting
+live in `cluster.py`. Every setting that differs from ZooKeeper's default is in
+`server_settings`, with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from keyshared.dev.jars import classpath
+from keyshared.dev.logconfig import write_log4j2_config
+from keyshared.dev.ports import LOOPBACK
+
+__all__ = ["ZooKeeperFiles", "answers_ruok", "server_command", "server_settings", "write_config"]
+
+
+@dataclass(frozen=True)
+class ZooKeeperFiles:
+    """Where the server's files live inside a runtime folder."""
+
+    home: Path
+    config: Path
+    log4j_config: Path
+    data: Path
+    log_file: Path
+    console_file: Path
+
+    @classmethod
+    def in_runtime(cls, runtime_dir: Path) -> ZooKeeperFiles:
+        home = runtime_dir / "zookeeper"
+        return cls(
+            home=home,
+            config=home / "zoo.cfg",
+            log4j_config=home / "log4j2.properties",
+            data=home / "data",
+            log_file=runtime_dir / "logs" / "zookeeper.log",
+            console_file=runtime_dir / "logs" / "zookeeper.out",
+        )
+
+    @property
+    def marker(self) -> str:
+        """The config path: on the JVM's command line, it identifies this runtime's server."""
+        return str(self.config)
+
+
+def server_settings(files: ZooKeeperFiles, port: int) -> dict[str, str]:
+    """zoo.cfg, each deviation from ZooKeeper's defaults with its reason."""
+    return {
+        "dataDir": str(files.data),
+        "clientPort": str(port),
+        # Loopback only: a dev server must not be reachable from the network.
+        "clientPortAddress": LOOPBACK,
+        # A 500 ms tick lets tests use sessions down to 1 s, so session-expiry tests are quick
+        # (the minimum session is 2 ticks and expiry is checked once per tick).
+        "tickTime": "500",
+        "minSessionTimeout": "1000",
+        "maxSessionTimeout": "60000",
+        # Every client of a test run comes from 127.0.0.1; the default cap of 60 per address
+        # would refuse connections in a busy session.
+        "maxClientCnxns": "0",
+        # The four-letter words the readiness probe and `keyshared dev status` use.
+        "4lw.commands.whitelist": "ruok,stat,mntr",
+        # The admin server (Jetty, port 8080) is neither wanted nor on the classpath.
+        "admin.enableServer": "false",
+        # Old snapshots and logs are of no use to a dev server; keep the data folder small.
+        "autopurge.snapRetainCount": "3",
+        "autopurge.purgeInterval": "1",
+    }
+
+
+def write_config(files: ZooKeeperFiles, port: int) -> None:
+    """Write zoo.cfg and the Log4j 2 file."""
+    files.home.mkdir(parents=True, exist_ok=True)
+    files.data.mkdir(parents=True, exist_ok=True)
+    body = "".join(f"{key}={value}\n" for key, value in server_settings(files, port).items())
+    files.config.write_text("# Written by keyshared dev on every start; edits are lost.\n" + body)
+    write_log4j2_config(files.log4j_config, files.log_file, {})
+
+
+def server_command(java: str, jars_dir: Path, files: ZooKeeperFiles, heap_mb: int) -> list[str]:
+    """The server's `java` command line."""
+    return [
+        java, f"-Xmx{heap_mb}m",
+        "-XX:+ExitOnOutOfMemoryError",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={files.log4j_config}",
+        f"-Dzookeeper.log.dir={files.log_file.parent}",
+        "-cp", classpath(jars_dir),
+        "org.apache.zookeeper.server.ZooKeeperServerMain", str(files.config),
+    ]  # fmt: skip
+
+
+def answers_ruok(port: int, timeout: float = 1.0, host: str = LOOPBACK) -> bool:
+    """Whether the server on `host`:`port` answers the `ruok` four-letter word with `imok`."""
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(b"ruok")
+        reply = b""
+        while chunk := sock.recv(16):
+            reply += chunk
+        return reply == b"imok"
+    return False

@@ -1,0 +1,196 @@
+"""Shared fixtures: a real Kafka broker and ZooKeeper server for the whole test session.
+
+Where the servers come from, first match wins:
+
+1. `KEYSHARED_BOOTSTRAP_SERVERS` / `KEYSHARED_ZOOKEEPER` (e.g. after
+   `eval "$(keyshared dev env)"`): that cluster is used and never stopped by the tests.
+2. A Docker engine that answers, with `testcontainers` installed: containers for the session.
+3. Otherwise a `LocalCluster` (java + the cached jars) in a temporary runtime folder owned by
+   this session, started on first use and stopped at the end.
+
+Everything is lazy: a run that selects no test using these fixtures (`pytest -m unit`) starts
+no server.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from keyshared.dev import BOOTSTRAP_ENV, ZOOKEEPER_ENV, LocalCluster
+from keyshared.dev.testing import (
+    GroupFactory,
+    TopicFactory,
+    create_topic,
+    delete_topics,
+    unique_name,
+)
+
+# Fixtures that need a live server: a test using any of them is an integration test.
+_SERVER_FIXTURES = {"kafka_bootstrap", "zookeeper_hosts", "local_cluster", "new_topic"}
+_CORE_TESTS = Path(__file__).parent / "core"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests under tests/core/ `unit`, tests that use a server fixture `integration`."""
+    for item in items:
+        if _CORE_TESTS in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.unit)
+        if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@dataclass
+class _Servers:
+    """The session's servers and, when this session started them locally, their cluster."""
+
+    bootstrap: str
+    zookeeper: str
+    cluster: LocalCluster | None = None
+    skip_reason: str | None = None
+
+
+@pytest.fixture(scope="session")
+def _session_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Servers]:
+    """Start Kafka and ZooKeeper for this session (testcontainers or a LocalCluster)."""
+    if _docker_answers():
+        yield from _container_servers()
+        return
+    cluster = LocalCluster(tmp_path_factory.mktemp("keyshared-cluster"))
+    try:
+        status = cluster.up()
+        assert status.kafka.address and status.zookeeper.address
+        yield _Servers(status.kafka.address, status.zookeeper.address, cluster)
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(request: pytest.FixtureRequest) -> str:
+    """`host:port` of a real Kafka broker (auto topic creation off)."""
+    external = os.environ.get(BOOTSTRAP_ENV)
+    if external:
+        return external
+    servers: _Servers = request.getfixturevalue("_session_servers")
+    return servers.bootstrap
+
+
+@pytest.fixture(scope="session")
+def zookeeper_hosts(request: pytest.FixtureRequest) -> str:
+    """`host:port` of a real ZooKeeper server, as kazoo's `hosts`."""
+    external = os.environ.get(ZOOKEEPER_ENV)
+    if external:
+        return external
+    servers: _Servers = request.getfixturevalue("_session_servers")
+    return servers.zookeeper
+
+
+@pytest.fixture
+def local_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """The session's `LocalCluster`, for tests that stop and restart a server.
+
+    Skips when the servers are external or containers (they cannot be restarted from here).
+    After the test both servers are running again, whatever the test stopped.
+    """
+    if os.environ.get(BOOTSTRAP_ENV) or os.environ.get(ZOOKEEPER_ENV):
+        pytest.skip(
+            f"{BOOTSTRAP_ENV}/{ZOOKEEPER_ENV} point at an external cluster; "
+            "restart tests need the session's own LocalCluster"
+        )
+    servers: _Servers = request.getfixturevalue("_session_servers")
+    if servers.cluster is None:
+        pytest.skip(servers.skip_reason or "the session's servers are not a LocalCluster")
+    cluster = servers.cluster
+    yield cluster
+    cluster.up()
+
+
+@pytest.fixture
+def new_topic(kafka_bootstrap: str) -> Iterator[TopicFactory]:
+    """Factory: `new_topic(partitions=3, config={...}) -> name`, ready when returned.
+
+    The topics are deleted after the test (best effort).
+    """
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    created: list[str] = []
+
+    def make(
+        partitions: int = 3,
+        config: Mapping[str, str] | None = None,
+        *,
+        prefix: str = "topic",
+    ) -> str:
+        name = unique_name(prefix)
+        create_topic(admin, name, partitions, config)
+        created.append(name)
+        return name
+
+    yield make
+    delete_topics(admin, created)
+
+
+@pytest.fixture
+def new_group() -> GroupFactory:
+    """Factory: `new_group(prefix="group") -> group id` no other test uses."""
+
+    def make(prefix: str = "group") -> str:
+        return unique_name(prefix)
+
+    return make
+
+
+def _docker_answers() -> bool:
+    """Whether testcontainers is installed and a Docker engine answers a ping (3 s bound)."""
+    if importlib.util.find_spec("testcontainers") is None:
+        return False
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=3).ping()
+    except Exception:  # any failure means "no usable engine": fall back to a LocalCluster
+        return False
+    return True
+
+
+def _container_servers() -> Iterator[_Servers]:
+    """Kafka (KRaft) and ZooKeeper containers, configured like the LocalCluster."""
+    import time
+
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.kafka import KafkaContainer
+
+    from keyshared.dev.zookeeper import answers_ruok
+
+    image = os.environ.get("KEYSHARED_KAFKA_IMAGE", "confluentinc/cp-kafka:7.9.0")
+    kafka = (
+        KafkaContainer(image)
+        .with_kraft()
+        .with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
+        .with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+        .with_env("KAFKA_GROUP_COORDINATOR_REBALANCE_PROTOCOLS", "classic,consumer")
+    )
+    zookeeper = (
+        DockerContainer("zookeeper:3.9.4")
+        .with_exposed_ports(2181)
+        .with_env("ZOO_4LW_COMMANDS_WHITELIST", "ruok,stat,mntr")
+    )
+    with kafka, zookeeper:
+        host = zookeeper.get_container_host_ip()
+        port = int(zookeeper.get_exposed_port(2181))
+        deadline = time.monotonic() + 60
+        while not answers_ruok(port, host=host):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ZooKeeper container at {host}:{port} never answered ruok")
+            time.sleep(0.2)
+        yield _Servers(
+            kafka.get_bootstrap_server(),
+            f"{host}:{port}",
+            skip_reason="the servers are testcontainers; restart tests need a LocalCluster",
+        )
