@@ -8,10 +8,10 @@ on revoke and on shutdown are synchronous, because after them another member may
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from keyshared.core.offsets import encode_finished
 from keyshared.kafka.partition import PartitionState
@@ -20,6 +20,13 @@ __all__ = ["Committer"]
 
 log = logging.getLogger(__name__)
 
+# Expected when a periodic commit races a rebalance; the revoke path commits synchronously.
+_REBALANCE_CODES = (
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.UNKNOWN_MEMBER_ID,
+)
+
 
 class Committer:
     """Builds and sends offset commits for a set of partition states.
@@ -27,17 +34,27 @@ class Committer:
     :param consumer: the confluent-kafka consumer (used from the poll thread only).
     :param metrics: consumer-level metrics (commit outcomes, metadata size and overflow).
     :param lock: the dispatcher's lock, held while reading windows.
+    :param lookup: the current state of a partition, for commit callbacks.
     :param max_metadata_bytes: the broker's ``offset.metadata.max.bytes`` (default 4096).
     """
 
-    def __init__(self, consumer: Any, metrics: Any, lock: Any, max_metadata_bytes: int = 4000):
+    def __init__(
+        self,
+        consumer: Any,
+        metrics: Any,
+        lock: Any,
+        lookup: Callable[[tuple[str, int]], PartitionState | None],
+        max_metadata_bytes: int = 4000,
+    ):
         self._consumer = consumer
+        self._lookup = lookup
         self._metrics = metrics
         self._lock = lock
         self._max_metadata_bytes = max_metadata_bytes
-        self._resend = False  # an asynchronous commit failed: send the next one regardless
 
-    def _offsets(self, states: Iterable[PartitionState], force: bool) -> list[TopicPartition]:
+    def _offsets(
+        self, states: Iterable[PartitionState], skip_unchanged: bool
+    ) -> list[TopicPartition]:
         offsets = []
         with self._lock:
             snapshot = [
@@ -59,28 +76,32 @@ class Committer:
                         cursor,
                     )
                 metadata = encoded or ""
-            if not force and cursor == state.committed and metadata == state.committed_metadata:
+            if skip_unchanged and state.commit_sent == (cursor, metadata):
                 continue
+            state.commit_sent = (cursor, metadata)
             offsets.append(TopicPartition(state.topic, state.partition, cursor, metadata=metadata))
         return offsets
 
     def commit_async(self, states: Iterable[PartitionState]) -> None:
-        states = list(states)
-        offsets = self._offsets(states, force=self._resend)
-        self._resend = False
+        """Commit what moved since the last commit sent; the outcome arrives in on_commit."""
+        offsets = self._offsets(states, skip_unchanged=True)
         if not offsets:
             return
         try:
             self._consumer.commit(offsets=offsets, asynchronous=True)
         except KafkaException as exc:
             self._metrics.commit(False)
+            self._forget_sent(offsets)
             log.warning("asynchronous commit failed: %s", exc)
-            return
-        self._remember(states, offsets)
 
     def commit_sync(self, states: Iterable[PartitionState]) -> bool:
+        """Commit every partition's cursor now, whatever was sent before (revoke, shutdown).
+
+        Never skipped on the strength of an earlier asynchronous commit: that one may still
+        fail (e.g. with ILLEGAL_GENERATION mid-rebalance), and this is the last chance.
+        """
         states = list(states)
-        offsets = self._offsets(states, force=False)
+        offsets = self._offsets(states, skip_unchanged=False)
         if not offsets:
             return True
         try:
@@ -95,26 +116,35 @@ class Committer:
             log.error("commit failed for %s", ", ".join(f"{tp}: {tp.error}" for tp in failed))
             return False
         self._metrics.commit(True)
-        self._remember(states, offsets)
+        by_tp = {(tp.topic, tp.partition): tp.offset for tp in offsets}
+        for state in states:
+            if state.tp in by_tp:
+                state.committed = by_tp[state.tp]
         return True
 
     def on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
         """librdkafka's commit callback for asynchronous commits (served by poll)."""
-        if err is not None:
-            self._metrics.commit(False)
-            self._resend = True
-            log.warning("commit failed: %s", err)
+        ok = err is None and all(tp.error is None for tp in partitions)
+        self._metrics.commit(ok)
+        if ok:
+            for tp in partitions:
+                state = self._lookup((tp.topic, tp.partition))
+                if state is not None and tp.offset >= 0:
+                    state.committed = tp.offset
+            return
+        self._forget_sent(partitions)
+        code = err.code() if err is not None else None
+        if code in _REBALANCE_CODES:
+            log.info("asynchronous commit refused during a rebalance (%s); it will be resent", err)
         else:
-            self._metrics.commit(True)
+            log.warning("asynchronous commit failed: %s", err or _names(partitions))
 
-    @staticmethod
-    def _remember(states: Iterable[PartitionState], offsets: list[TopicPartition]) -> None:
-        by_tp = {(tp.topic, tp.partition): tp for tp in offsets}
-        for state in states:
-            tp = by_tp.get(state.tp)
-            if tp is not None:
-                state.committed = tp.offset
-                state.committed_metadata = tp.metadata or ""
+    def _forget_sent(self, partitions: list[TopicPartition]) -> None:
+        """Make the next periodic commit resend these partitions."""
+        for tp in partitions:
+            state = self._lookup((tp.topic, tp.partition))
+            if state is not None:
+                state.commit_sent = None
 
 
 def _names(offsets: list[TopicPartition]) -> str:

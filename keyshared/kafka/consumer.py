@@ -171,7 +171,14 @@ class KeySharedConsumer:
             }
         )
         self._loop = PollLoop(
-            consumer, self.topics, options, self._dispatcher, metrics, self._keystate, self._stop
+            consumer,
+            self.topics,
+            options,
+            self._dispatcher,
+            metrics,
+            self._keystate,
+            self._stop,
+            worker_depths=lambda: [runner.depth(w) for w in range(runner.count)],
         )
         loop.append(self._loop)
         if options.metrics_port is not None:

@@ -43,6 +43,7 @@ class PartitionState:
     metrics: PartitionMetrics
     committed: int | None = None  # last offset committed (or read back at assignment)
     committed_metadata: str = ""
+    commit_sent: tuple[int, str] | None = None  # last (cursor, metadata) sent, maybe unconfirmed
     already_done: frozenset[int] = frozenset()
     window: InFlightWindow[Any] | None = None  # created at the first record if no commit
     phase: Phase = Phase.ACTIVE

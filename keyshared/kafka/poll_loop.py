@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -46,6 +47,7 @@ class PollLoop:
         metrics: ConsumerMetrics,
         keystate: KeyStateStore | None,
         stop_event: threading.Event,
+        worker_depths: Callable[[], list[int]] = list,
     ) -> None:
         self._consumer = consumer
         self._topics = topics
@@ -54,9 +56,13 @@ class PollLoop:
         self._metrics = metrics
         self._keystate = keystate
         self._stop = stop_event
-        self._committer = Committer(consumer, metrics, dispatcher.lock)
+        self._worker_depths = worker_depths
+        self._committer = Committer(consumer, metrics, dispatcher.lock, self._state_of)
         self.states: dict[TP, PartitionState] = {}
         self._paused: set[TP] = set()
+
+    def _state_of(self, tp: TP) -> PartitionState | None:
+        return self.states.get(tp)
 
     @property
     def committer(self) -> Committer:
@@ -152,7 +158,9 @@ class PollLoop:
                 state.window.observe_position(tp.offset)
 
     def sample_metrics(self) -> None:
-        """Refresh the partition gauges (about once a second, never per record)."""
+        """Refresh the gauges (about once a second, never per record)."""
+        for worker, depth in enumerate(self._worker_depths()):
+            self._metrics.worker_queue_depth(worker, depth)
         now = time.monotonic()
         for state in list(self.states.values()):
             try:

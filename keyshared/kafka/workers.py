@@ -28,11 +28,13 @@ class ThreadWorkers:
         self, count: int, run_batch: Callable[[list[Any]], None], name: str = "keyshared-worker"
     ) -> None:
         self._run_batch = run_batch
+        self._queued = [0] * count
+        self._depth_lock = threading.Lock()
         self._queues: list[queue.SimpleQueue[list[Any] | None]] = [
             queue.SimpleQueue() for _ in range(count)
         ]
         self._threads = [
-            threading.Thread(target=self._loop, args=(q,), name=f"{name}-{i}", daemon=True)
+            threading.Thread(target=self._loop, args=(i, q), name=f"{name}-{i}", daemon=True)
             for i, q in enumerate(self._queues)
         ]
         for thread in self._threads:
@@ -43,17 +45,22 @@ class ThreadWorkers:
         return len(self._queues)
 
     def submit(self, worker: int, works: list[Any]) -> None:
+        with self._depth_lock:
+            self._queued[worker] += len(works)
         self._queues[worker].put(works)
 
     def depth(self, worker: int) -> int:
-        return self._queues[worker].qsize()
+        """Records queued for ``worker`` and not yet started."""
+        return self._queued[worker]
 
-    def _loop(self, tasks: queue.SimpleQueue[list[Any] | None]) -> None:
+    def _loop(self, index: int, tasks: queue.SimpleQueue[list[Any] | None]) -> None:
         run_batch = self._run_batch
         while True:
             works = tasks.get()
             if works is _STOP:
                 return
+            with self._depth_lock:
+                self._queued[index] -= len(works)
             try:
                 run_batch(works)
             except BaseException:  # a worker must outlive anything a task does
@@ -85,6 +92,7 @@ class AsyncRunner:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._concurrency = concurrency
         self._semaphore: asyncio.Semaphore | None = None
+        self._waiting = 0  # touched only on the loop thread
         self._thread.start()
         self._ready.wait()
 
@@ -102,15 +110,18 @@ class AsyncRunner:
         self._loop.call_soon_threadsafe(self._spawn, works)
 
     def depth(self, worker: int) -> int:
-        return 0
+        """Coroutines waiting for a concurrency slot (all reported on worker 0)."""
+        return self._waiting if worker == 0 else 0
 
     def _spawn(self, works: list[Any]) -> None:
+        self._waiting += len(works)
         for work in works:
             self._loop.create_task(self._bounded(work))
 
     async def _bounded(self, work: Any) -> None:
         assert self._semaphore is not None
         async with self._semaphore:
+            self._waiting -= 1
             try:
                 await self._run_one(work)
             except BaseException:
