@@ -1,13 +1,111 @@
-"""`keyshared bench`: named benchmark scenarios against the real broker (placeholder)."""
+"""`keyshared bench`: named benchmark scenarios against the real broker, with in-run baselines."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import click
+from rich.console import Console
+
+from keyshared.bench import BenchContext, ScenarioResult, load_scenarios
+from keyshared.bench.report import print_result, write_chart, write_json
+from keyshared.demo.cluster import choose_cluster
 
 __all__ = ["bench"]
 
 
-@click.command()
-def bench() -> None:
-    """Run benchmark scenarios with baselines measured in the same run."""
-    raise click.ClickException("keyshared bench: not implemented yet")
+@click.command(context_settings={"show_default": True})
+@click.argument("scenarios", nargs=-1, metavar="[SCENARIO]...")
+@click.option(
+    "--bootstrap-servers",
+    "-b",
+    envvar="KEYSHARED_BOOTSTRAP_SERVERS",
+    help="Kafka to measure against [env KEYSHARED_BOOTSTRAP_SERVERS; default: the local "
+    "dev cluster, started if needed and left running].",
+)
+@click.option("--quick", is_flag=True, help="Smoke sizes (seconds per scenario) for CI.")
+@click.option("--records", type=click.IntRange(min=100), help="Override the main record count.")
+@click.option("--handler-ms", type=click.FloatRange(min=0), help="Override the handler latency.")
+@click.option("--workers", type=click.IntRange(min=1), help="Override keyshared's workers.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("bench-results"),
+    help="Folder for results.json and one PNG chart per scenario.",
+)
+@click.option(
+    "--quix-python",
+    type=click.Path(dir_okay=False),
+    help="Python interpreter with quixstreams installed (its confluent-kafka pin conflicts "
+    "with keyshared's, so it may live in another venv) [default: this one].",
+)
+@click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
+def bench(
+    scenarios: tuple[str, ...],
+    bootstrap_servers: str | None,
+    quick: bool,
+    records: int | None,
+    handler_ms: float | None,
+    workers: int | None,
+    out: Path,
+    quix_python: str | None,
+    list_only: bool,
+) -> None:
+    """Run benchmark scenarios (all by default); every figure is compared with baselines
+    measured in the same run, because absolute rates on a shared machine mean little.
+
+    \b
+    keyshared bench --list          what each scenario measures
+    keyshared bench io              one scenario, full size
+    keyshared bench --quick         every scenario, smoke size
+    """
+    registry = load_scenarios()
+    console = Console(highlight=False)
+    if list_only:
+        for scenario in registry.values():
+            console.print(f"[bold]{scenario.name:<10}[/] {scenario.summary}")
+        return
+    unknown = [name for name in scenarios if name not in registry]
+    if unknown:
+        raise click.BadParameter(
+            f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(registry)}",
+            param_hint="SCENARIO",
+        )
+    chosen = list(scenarios) or list(registry)
+    err = Console(stderr=True, highlight=False)
+    try:
+        where = choose_cluster(bootstrap_servers, None, err)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    ctx = BenchContext(
+        where.bootstrap, quick, records, handler_ms, workers, quix_python, console=err
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    results: list[ScenarioResult] = []
+    try:
+        for name in chosen:
+            err.print(f"[bold]bench {name}[/] ({'quick' if quick else 'full'} size)")
+            began = time.monotonic()
+            result = registry[name].run(ctx)
+            result.elapsed_seconds = time.monotonic() - began
+            results.append(result)
+            print_result(console, result)
+            write_chart(out, result)
+            write_json(out / "results.json", results, _run_params(ctx, chosen))
+    finally:
+        ctx.close()
+        if where.started:
+            where.release(False, err)
+    err.print(f"Results: {out / 'results.json'} and {len(results)} chart(s) in {out}/")
+
+
+def _run_params(ctx: BenchContext, chosen: list[str]) -> dict[str, object]:
+    return {
+        "scenarios": chosen,
+        "quick": ctx.quick,
+        "records": ctx.records,
+        "handler_ms": ctx.handler_ms,
+        "workers": ctx.workers,
+        "bootstrap": ctx.bootstrap,
+    }

@@ -1,0 +1,236 @@
+"""The contenders a scenario races on one topic: keyshared and the baselines it must beat.
+
+Every contender reads the same topic from the beginning with its own fresh group and stops after
+``records`` records. Each is timed the same way, by a :class:`Tally`: from the first handler
+start to the ``records``-th handler finish, so the group join and start-up are excluded alike.
+
+- :func:`run_keyshared`: a :class:`~keyshared.KeySharedConsumer` with ``workers`` threads.
+- :func:`run_serial`: a plain confluent-kafka consumer handling records one by one, which is
+  what a consumer group member does per partition.
+- :func:`run_thread_pool`: consume batches and throw every record at a thread pool: fast, but
+  no per-key order and no safe commits. The naive answer keyshared is measured against.
+- :func:`run_raw`: a bare ``consume(1000)`` loop that only touches each record: the ceiling.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from keyshared.bench.result import Measurement
+from keyshared.record import Record
+
+__all__ = ["BenchError", "Tally", "run_keyshared", "run_raw", "run_serial", "run_thread_pool"]
+
+Work = Callable[[], None]
+
+
+class BenchError(RuntimeError):
+    """A contender did not finish its records in time (the message says how far it got)."""
+
+
+class Tally:
+    """Thread-safe count of finished records, with the first start and the last finish."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.count = 0
+        self.first: float | None = None
+        self.last: float | None = None
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        if self.first is None:
+            self.first = time.monotonic()
+
+    def finish(self, records: int = 1) -> None:
+        with self._lock:
+            self.count += records
+            if self.count >= self.target and not self.done.is_set():
+                self.last = time.monotonic()
+                self.done.set()
+
+    def wait(self, label: str, timeout: float) -> None:
+        if not self.done.wait(timeout):
+            raise BenchError(
+                f"{label}: only {self.count} of {self.target} records within {timeout:.0f} s"
+            )
+
+    def measurement(self, label: str, **extra: Any) -> Measurement:
+        assert self.first is not None and self.last is not None
+        return Measurement(label, self.count, self.last - self.first, extra=dict(extra))
+
+
+def _config(bootstrap: str, group: str, **more: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        **more,
+    }
+
+
+def _sleeper(seconds: float) -> Work:
+    if seconds <= 0:
+        return lambda: None
+    return lambda: time.sleep(seconds)
+
+
+def run_keyshared(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    records: int,
+    handler_s: float,
+    workers: int,
+    *,
+    label: str | None = None,
+    timeout: float = 600.0,
+    on_record: Callable[[Record], None] | None = None,
+    **options: Any,
+) -> Measurement:
+    """Time a KeySharedConsumer over ``records`` records of ``topic``."""
+    from keyshared.kafka.consumer import KeySharedConsumer
+
+    tally = Tally(records)
+    work = _sleeper(handler_s)
+
+    def handle(record: Record) -> None:
+        tally.start()
+        if on_record is not None:
+            on_record(record)
+        work()
+        tally.finish()
+
+    consumer = KeySharedConsumer(
+        _config(bootstrap, group), [topic], handle, workers=workers, **options
+    )
+    thread = threading.Thread(target=consumer.run, name="bench-keyshared", daemon=True)
+    thread.start()
+    name = label or f"keyshared ({workers} workers)"
+    try:
+        tally.wait(name, timeout)
+    finally:
+        consumer.stop()
+        thread.join(60)
+    return tally.measurement(name, workers=workers)
+
+
+def _consume_loop(
+    bootstrap: str, group: str, topic: str, tally: Tally, each_batch: Callable[[list[Any]], None]
+) -> None:
+    consumer = Consumer(_config(bootstrap, group, **{"enable.auto.commit": True}))
+    consumer.subscribe([topic])
+    try:
+        while not tally.done.is_set():
+            batch = [m for m in consumer.consume(1000, 0.2) if m.error() is None]
+            if batch:
+                each_batch(batch)
+    finally:
+        consumer.close()
+
+
+def run_serial(
+    bootstrap: str, topic: str, group: str, records: int, handler_s: float, timeout: float = 600.0
+) -> Measurement:
+    """Time a plain consumer that handles each record before the next (per-partition order)."""
+    tally = Tally(records)
+    work = _sleeper(handler_s)
+
+    def each_batch(batch: list[Any]) -> None:
+        for message in batch:
+            if tally.done.is_set():
+                return
+            tally.start()
+            message.value()
+            work()
+            tally.finish()
+
+    _run_loop(bootstrap, group, topic, tally, each_batch, "serial consumer", timeout)
+    return tally.measurement("plain serial consumer")
+
+
+def run_thread_pool(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    records: int,
+    handler_s: float,
+    threads: int,
+    timeout: float = 600.0,
+) -> Measurement:
+    """Time a consumer that submits every record to a thread pool (no order, no safe commit)."""
+    tally = Tally(records)
+    work = _sleeper(handler_s)
+    slots = threading.Semaphore(threads * 4)  # bounded, or the loop would buffer the topic
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="bench-pool")
+
+    def task() -> None:
+        try:
+            tally.start()
+            work()
+            tally.finish()
+        finally:
+            slots.release()
+
+    def each_batch(batch: list[Any]) -> None:
+        for _message in batch:
+            slots.acquire()
+            pool.submit(task)
+
+    try:
+        _run_loop(bootstrap, group, topic, tally, each_batch, "thread pool", timeout)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return tally.measurement(f"naive thread pool ({threads} threads, unordered)", threads=threads)
+
+
+def run_raw(
+    bootstrap: str, topic: str, group: str, records: int, timeout: float = 600.0
+) -> Measurement:
+    """Time a bare ``consume(1000)`` loop that reads each record's value and does nothing."""
+    tally = Tally(records)
+
+    def each_batch(batch: list[Any]) -> None:
+        tally.start()
+        for message in batch:
+            message.value()
+        tally.finish(len(batch))
+
+    _run_loop(bootstrap, group, topic, tally, each_batch, "raw consume loop", timeout)
+    return tally.measurement("raw confluent-kafka consume(1000) loop")
+
+
+def _run_loop(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    tally: Tally,
+    each_batch: Callable[[list[Any]], None],
+    label: str,
+    timeout: float,
+) -> None:
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            _consume_loop(bootstrap, group, topic, tally, each_batch)
+        except BaseException as exc:
+            errors.append(exc)
+            tally.done.set()
+
+    thread = threading.Thread(target=target, name=f"bench-{label}", daemon=True)
+    thread.start()
+    try:
+        tally.wait(label, timeout)
+    finally:
+        tally.done.set()
+        thread.join(30)
+    if errors:
+        raise BenchError(f"{label} failed: {errors[0]}") from errors[0]

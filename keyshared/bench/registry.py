@@ -1,0 +1,58 @@
+"""The scenario registry: one module per scenario registers itself under a name.
+
+Why a registry rather than a hard-coded list: scenarios arrive with the features they measure
+(``scaleout`` comes with the coordinator), and each should be one new module that calls
+:func:`register`, with no edit to the CLI.
+
+Example::
+
+    @register("io", "1 partition, 10k keys, 5 ms handler: keyshared vs serial vs thread pool")
+    def run_io(ctx: BenchContext) -> ScenarioResult: ...
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from keyshared.bench.context import BenchContext
+    from keyshared.bench.result import ScenarioResult
+
+__all__ = ["SCENARIOS", "Scenario", "load_scenarios", "register"]
+
+ScenarioFn = Callable[["BenchContext"], "ScenarioResult"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    run: ScenarioFn
+
+
+SCENARIOS: dict[str, Scenario] = {}
+
+# The modules that register the built-in scenarios, in the order a full run executes them.
+_BUILTIN = ("noop", "io", "zipf", "memory", "rebalance")
+
+
+def register(name: str, summary: str) -> Callable[[ScenarioFn], ScenarioFn]:
+    """Class the decorated function as scenario ``name``; a second registration is an error."""
+
+    def decorate(fn: ScenarioFn) -> ScenarioFn:
+        if name in SCENARIOS:
+            raise ValueError(f"benchmark scenario {name!r} is registered twice")
+        SCENARIOS[name] = Scenario(name, summary, fn)
+        return fn
+
+    return decorate
+
+
+def load_scenarios() -> dict[str, Scenario]:
+    """Import the built-in scenario modules (idempotent) and return the registry."""
+    for module in _BUILTIN:
+        importlib.import_module(f"keyshared.bench.scenarios.{module}")
+    return SCENARIOS

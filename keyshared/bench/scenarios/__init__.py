@@ -1,0 +1,1 @@
+"""The built-in scenarios, one module each; importing a module registers it."""
