@@ -47,6 +47,11 @@ _RELEASE: tuple[str, str | bytes | None] = (
     b"operator",
 )  # on tombstones that are releases, not clean-ups
 _ADMIN_TIMEOUT_S = 30.0
+# What a topic answers in the moments after its creation, before its leader is known everywhere.
+_NOT_READY_YET = frozenset({
+    KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+})  # fmt: skip
 
 
 class KeyStateError(KeySharedError):
@@ -406,7 +411,7 @@ class KeyStateStore:
                     return int(high)
                 except KafkaException as exc:
                     err = exc.args[0]
-                    transient = err.retriable() or err.code() == KafkaError._UNKNOWN_PARTITION
+                    transient = err.retriable() or err.code() in _NOT_READY_YET
                     if not transient or time.monotonic() >= deadline:
                         raise KeyStateError(
                             f"cannot read the end of {self.topic!r}: {err}"

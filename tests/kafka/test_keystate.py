@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # not re-exported for mypy
 
 from keyshared.cli.release import release
 from keyshared.dev.testing import GroupFactory, delete_topics
