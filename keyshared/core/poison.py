@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Literal
 
 __all__ = [
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 
-class PoisonPolicy(str, Enum):
+class PoisonPolicy(StrEnum):
     """What happens to a record once retrying is over."""
 
     DROP = "drop"

@@ -138,6 +138,8 @@ class InFlightWindow(Generic[P]):
             self._advance()
             return None
         self._by_offset[offset] = entry
+        if len(self._pending) == 1:
+            self._cursor = offset  # nothing below it is pending: the cursor may jump a gap
         if ordered:
             queues = self._key_queues
             if key in queues:
@@ -171,9 +173,10 @@ class InFlightWindow(Generic[P]):
         write was acknowledged), filtered out. Completing an unknown offset raises, because it
         means the adapter's bookkeeping is wrong and a silent ignore could hide a lost record.
         """
-        entry = self._by_offset.pop(offset, None)
+        entry = self._by_offset.get(offset)
         if entry is None or not entry.in_flight:
             raise KeyError(f"offset {offset} is not in flight in this window")
+        del self._by_offset[offset]
         entry.in_flight = False
         entry.done = True
         self._in_flight -= 1

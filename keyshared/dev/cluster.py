@@ -77,6 +77,8 @@ ZOOKEEPER = "zookeeper"
 # A cold start (format + JVM warm-up) takes ~10 s on two cores; 60 s leaves room for a loaded
 # CI runner without letting a broken start hang a test session.
 DEFAULT_START_TIMEOUT_S = 60.0
+# How long a restart waits for a killed server's port to be released by the kernel.
+_PORT_RELEASE_TIMEOUT_S = 60.0
 # Kafka's controlled shutdown of a single node takes a few seconds; past this, SIGKILL.
 DEFAULT_STOP_TIMEOUT_S = 20.0
 _PROBE_INTERVAL_S = 0.2
@@ -538,8 +540,13 @@ class LocalCluster:
                 else (record.port,)
             )
             for port in ports:
-                if not port_is_free(port):
-                    raise PortInUseError(name, port)
+                # After a SIGKILL the dead server's orphaned connections hold its port for a
+                # moment (FIN_WAIT); wait that out instead of failing the restart.
+                deadline = time.monotonic() + _PORT_RELEASE_TIMEOUT_S
+                while not port_is_free(port):
+                    if time.monotonic() > deadline:
+                        raise PortInUseError(name, port)
+                    time.sleep(0.2)
             started: list[str] = []
             launch = self._launch_kafka if name == KAFKA else self._launch_zookeeper
             try:

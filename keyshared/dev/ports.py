@@ -7,30 +7,62 @@ and test sessions run clusters side by side. Ports are picked by the kernel (bin
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
+from pathlib import Path
 
 __all__ = ["LOOPBACK", "accepts_connections", "free_ports", "port_is_free"]
 
 LOOPBACK = "127.0.0.1"
+_FIRST_PORT = 20000  # below this live many well-known services; stay clear of them
 
 
 def free_ports(count: int) -> list[int]:
-    """Return `count` distinct ports that are free on 127.0.0.1 right now.
+    """Return `count` distinct ports that are free on 127.0.0.1 right now, outside the
+    kernel's ephemeral range.
 
-    All sockets stay bound until every port is chosen, so the kernel cannot hand out the same
-    port twice within one call. A port can still be taken between this call and the server's
-    bind; the server then fails to start and its log says so.
+    Why outside: while a server is down for a restart, its clients keep reconnecting from
+    ephemeral ports, and a client can be handed the server's own port and connect to itself
+    (TCP self-connect), which then holds the port and makes the restart fail. A server port
+    the kernel never hands to clients cannot be taken that way.
+
+    All sockets stay bound until every port is chosen, so one call never returns a port twice.
+    A port can still be taken between this call and the server's bind; the server then fails
+    to start and its log says so.
     """
+    low, high = _ephemeral_range()
+    candidates = [p for p in range(_FIRST_PORT, 65536) if not low <= p <= high]
+    random.shuffle(candidates)
     sockets: list[socket.socket] = []
+    ports: list[int] = []
     try:
-        for _ in range(count):
+        for port in candidates:
+            if len(ports) == count:
+                break
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:
+                sock.close()
+                continue
             sockets.append(sock)
-            sock.bind((LOOPBACK, 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
+            ports.append(port)
+        if len(ports) < count:
+            raise OSError(f"no {count} free ports on {LOOPBACK} outside {low}-{high}")
+        return ports
     finally:
         for sock in sockets:
             sock.close()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's client port range (Linux); a conservative default elsewhere."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        low, high = (int(x) for x in text.split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 65535
 
 
 def port_is_free(port: int) -> bool:

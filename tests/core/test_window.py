@@ -445,3 +445,49 @@ def test_edge_constructor_args_accepted() -> None:
     assert w.should_pause()
     w.complete(0)
     assert w.should_resume()
+
+
+# -- bugs found in review (uncommitted until window.py is fixed) --------------------------------
+
+
+def test_complete_of_a_waiting_offset_raises_without_losing_it() -> None:
+    """The guard must not corrupt the window: the waiting record stays and is still released."""
+    w = InFlightWindow[str](start_offset=0)
+    started(w.admit(0, b"k", 0, "", 0.0))
+    assert w.admit(1, b"k", 0, "", 0.0) is None
+    with pytest.raises(KeyError, match="offset 1 is not in flight"):
+        w.complete(1)
+    assert (w.size, w.in_flight, w.waiting) == (2, 1, 1)
+    assert w.get(1) is not None
+    assert offsets(w.complete(0)) == [1]
+    assert w.complete(1) == []  # today: KeyError, the record was dropped from the index
+    assert (w.size, w.waiting, w.busy_keys, w.safe_cursor) == (0, 0, 0, 2)
+
+
+def test_complete_of_a_backlogged_offset_raises_without_losing_it() -> None:
+    w = InFlightWindow[str](start_offset=0, per_worker_capacity=1)
+    started(w.admit(0, b"a", 0, "", 0.0))
+    assert w.admit(1, b"b", 0, "", 0.0) is None  # waits for worker 0
+    with pytest.raises(KeyError):
+        w.complete(1)
+    assert (w.size, w.waiting) == (2, 1)
+    assert offsets(w.complete(0)) == [1]
+    assert w.complete(1) == []
+    assert w.safe_cursor == 2
+
+
+def test_cursor_is_the_lowest_incomplete_offset_after_a_gap() -> None:
+    """Issue 3: cursor = the lowest received offset not yet complete."""
+    w = InFlightWindow[str](start_offset=0)
+    started(w.admit(0, b"a", 0, "", 0.0))
+    w.complete(0)
+    assert w.safe_cursor == 1
+    started(w.admit(5, b"a", 0, "", 0.0))  # 1-4 never delivered (compacted / markers)
+    assert w.safe_cursor == 5  # today: 1
+    assert w.blocker(0.0) is not None and w.blocker(0.0).offset == 5  # type: ignore[union-attr]
+
+
+def test_cursor_on_a_window_whose_first_record_is_above_start() -> None:
+    w = InFlightWindow[str](start_offset=100)
+    assert w.admit(130, b"a", 0, "", 0.0) is not None
+    assert w.safe_cursor == 130  # today: 100
