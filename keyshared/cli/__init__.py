@@ -11,6 +11,7 @@ import click
 from keyshared.cli.bench import bench
 from keyshared.cli.demo import demo
 from keyshared.cli.dev import dev
+from keyshared.cli.release import release
 from keyshared.cli.run import run
 
 __all__ = ["cli", "main"]
@@ -26,6 +27,7 @@ cli.add_command(run)
 cli.add_command(dev)
 cli.add_command(demo)
 cli.add_command(bench)
+cli.add_command(release)
 
 
 def main() -> None:

@@ -1,0 +1,67 @@
+"""At-least-once and per-key order across a broker restart in the middle of a run.
+
+The broker stops (cleanly, then in a second case with SIGKILL) while records are in flight and
+commits are due; the consumer keeps polling through the outage (errors, no crash) and finishes
+once the broker is back. Nothing may be lost, order may not break, and the committed offsets
+must reach the end.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from keyshared.dev import LocalCluster
+from tests.kafka.inprocess import (
+    GroupJournal,
+    committed_and_ends,
+    journaled_member,
+    produce_paced,
+    wait_for,
+)
+
+RECORDS = 4000
+KEYS = 200
+PARTITIONS = 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", [False, True], ids=["clean-stop", "sigkill"])
+def test_nothing_lost_across_broker_restart(
+    kill: bool,
+    local_cluster: LocalCluster,
+    kafka_bootstrap: str,
+    new_topic: Any,
+    new_group: Any,
+) -> None:
+    topic = new_topic(partitions=PARTITIONS)
+    group = new_group()
+    # Records keep arriving through the outage (the idempotent producer retries), so the broker
+    # is sure to go down mid-run.
+    producing = threading.Thread(
+        target=produce_paced, args=(kafka_bootstrap, topic, RECORDS, KEYS, 400), daemon=True
+    )
+    producing.start()
+    journal = GroupJournal(RECORDS)
+    member = journaled_member(
+        "only", kafka_bootstrap, topic, group, journal, {"session.timeout.ms": 45000}
+    )
+    thread = threading.Thread(target=member.run, daemon=True)
+    thread.start()
+    wait_for(lambda: journal.count() >= RECORDS // 4, 60, "progress before the restart")
+
+    local_cluster.stop_kafka(kill=kill)
+    stopped_at = journal.count()
+    local_cluster.start_kafka()
+
+    assert journal.all_done.wait(120), f"only {journal.count()} of {RECORDS} after the restart"
+    producing.join(60)
+    member.stop()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert stopped_at < RECORDS, "the run finished before the broker went down"
+    assert journal.violations == []
+    committed, ends = committed_and_ends(kafka_bootstrap, topic, group, PARTITIONS)
+    assert committed == ends
