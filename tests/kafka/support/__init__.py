@@ -1,0 +1,1 @@
+"""Helpers for the consumer's real-broker tests: a journaling handler, producers, checkers."""

@@ -1,0 +1,106 @@
+"""Run a ``KeySharedConsumer`` on a thread of the test, and record what its handler does.
+
+``Recorder`` journals start and end events in memory, in the same shape as the subprocess
+journal, so ``journal.check`` proves order and completeness for in-process consumers too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import keyshared
+from tests.kafka.support.journal import Event
+
+
+@contextmanager
+def running(consumer: keyshared.KeySharedConsumer, stop_timeout: float = 60.0) -> Iterator[None]:
+    """Run ``consumer`` on a thread; stop it (drain, commit) and join on the way out."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            consumer.run()
+        except BaseException as exc:  # surfaced in the test below
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name="test-consumer", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not consumer.wait_started(0.1):
+            assert not errors, f"run() failed: {errors[0]!r}"
+            assert time.monotonic() < deadline, "the consumer did not start"
+        yield
+    finally:
+        consumer.stop()
+        thread.join(stop_timeout)
+    assert not thread.is_alive(), "the consumer did not stop"
+    assert not errors, f"run() failed: {errors[0]!r}"
+
+
+class Recorder:
+    """A handler that journals ``S``/``E`` events; the value is the per-key sequence number."""
+
+    def __init__(self, work: Callable[[keyshared.Record], None] | None = None) -> None:
+        self.events: list[Event] = []
+        self._lock = threading.Lock()
+        self._work = work
+        self._running = 0
+        self.max_concurrency = 0
+
+    def _log(self, kind: str, record: keyshared.Record) -> None:
+        event = Event(
+            kind,
+            record.raw_key,
+            int(record.value),
+            os.getpid(),
+            record.partition,
+            record.offset,
+            time.monotonic_ns(),
+            record.attempt,
+        )
+        with self._lock:
+            self.events.append(event)
+            self._running += 1 if kind == "S" else -1
+            self.max_concurrency = max(self.max_concurrency, self._running)
+
+    def __call__(self, record: keyshared.Record) -> None:
+        self._log("S", record)
+        try:
+            if self._work is not None:
+                self._work(record)
+        finally:
+            self._log("E", record)
+
+    def finished(self) -> int:
+        with self._lock:
+            return len({(e.key, e.seq) for e in self.events if e.kind == "E"})
+
+    def snapshot(self) -> list[Event]:
+        with self._lock:
+            return list(self.events)
+
+
+class AsyncRecorder(Recorder):
+    """The same journal for an ``async def`` handler; ``delay(record)`` is awaited inside."""
+
+    def __init__(self, delay: Callable[[keyshared.Record], float]) -> None:
+        super().__init__()
+        self._delay = delay
+
+    async def __call__(self, record: keyshared.Record) -> None:  # type: ignore[override]
+        self._log("S", record)
+        try:
+            await asyncio.sleep(self._delay(record))
+        finally:
+            self._log("E", record)
+
+
+def anything(_: Any) -> None:
+    """A handler that does nothing."""
