@@ -165,3 +165,28 @@ def test_stop_during_a_rebalance_commits_what_it_finished(
         f"{len(redone)} records finished by C before its graceful stop were processed again by D "
         f"(e.g. {sorted(redone)[:5]}): C's shutdown commit did not land"
     )
+
+
+def test_the_checker_catches_what_it_must() -> None:
+    """The order checker itself: overlap, order, replay order, loss and duplicates."""
+    from tests.kafka.support.journal import Event
+
+    def ev(kind: str, seq: int, t: int, pid: int = 1) -> Event:
+        return Event(kind, b"k", seq, pid, 0, seq, t, 1)
+
+    good = [ev("S", 1, 1), ev("E", 1, 2), ev("S", 2, 3), ev("E", 2, 4)]
+    assert not check(good, {b"k": 2}).violations
+    overlap = [ev("S", 1, 1), ev("S", 2, 2), ev("E", 1, 3), ev("E", 2, 4)]
+    assert check(overlap, {b"k": 2}).violations
+    early = [ev("S", 2, 1), ev("E", 2, 2), ev("S", 1, 3), ev("E", 1, 4)]
+    assert check(early, {b"k": 2}).violations
+    lost = check(good[:2], {b"k": 2})
+    assert lost.missing == [(b"k", 2)]
+    redo = [*good, ev("S", 2, 5, pid=2), ev("E", 2, 6, pid=2)]
+    assert check(redo, {b"k": 2}).duplicates == 1
+    backwards = [*good, ev("S", 1, 5), ev("E", 1, 6)]
+    assert check(backwards, {b"k": 2}).violations
+    # A call cut short by a kill ends at the kill; one that never ends otherwise is flagged.
+    cut = [ev("S", 1, 1), ev("S", 1, 5, pid=2), ev("E", 1, 6, pid=2)]
+    assert not check(cut, {b"k": 1}, killed={1: 3}).violations
+    assert check(cut, {b"k": 1}).violations

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from tests.kafka.support.journal import (
     produce,
     read_journal,
     sequenced,
+    start_consumer,
     terminate,
     wait_for,
 )
@@ -166,3 +169,36 @@ def _group_members(bootstrap: str, group: str) -> list[object]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     description = admin.describe_consumer_groups([group], request_timeout=10)[group].result(10)
     return list(description.members)
+
+
+def test_second_sigterm_exits_at_once_without_committing_past_a_running_record(
+    kafka_bootstrap: str, new_topic, new_group, tmp_path: Path
+) -> None:
+    topic = new_topic(partitions=1)
+    group = new_group("cli-twice")
+    produce(kafka_bootstrap, topic, [(b"a", 1), (b"slow", 1), (b"b", 1)])
+    journal = tmp_path / "journal"
+    proc = start_consumer(
+        kafka_bootstrap,
+        group,
+        topic,
+        journal,
+        env={"KS_SLOW_KEY": "slow", "KS_SLOW_SECONDS": "120"},
+        log=tmp_path / "run.log",
+    )
+    try:
+        wait_for(lambda: count_finished(journal) >= 2, 60, "the fast records")
+        wait_for(lambda: any(e.key == b"slow" for e in read_journal(journal)), 30, "slow start")
+        proc.send_signal(signal.SIGTERM)  # drains: waits for the slow call
+        wait_for(lambda: "draining" in (tmp_path / "run.log").read_text(), 10, "the drain")
+        assert proc.poll() is None, "the first SIGTERM did not wait for the running record"
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(10)
+        assert time.monotonic() - started < 5
+        assert code != 0
+    finally:
+        kill_all([proc])
+    slow_offset = next(e.offset for e in read_journal(journal) if e.key == b"slow")
+    offset, _ = committed(kafka_bootstrap, group, topic)[0]
+    assert offset <= slow_offset, "committed past a record that never finished"
