@@ -116,6 +116,8 @@ class KeySharedConsumer:
         self._bg_lock = threading.Lock()
         self._bg_thread: threading.Thread | None = None
         self._bg_error: BaseException | None = None
+        self._own_releases: set[tuple[str, int, bytes | None]] = set()
+        self._own_releases_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -294,10 +296,13 @@ class KeySharedConsumer:
         Returns what was released (``"blocked"``, ``"parked"``) or None if this member does not
         hold the key. The release is also written to the key-state topic so it survives restarts.
         """
-        released = self._release_local(topic, partition, key, retry=retry)
         if self._keystate is not None:
+            # Durable first; the store echoes our own release back through on_release, which
+            # must not skip a record the caller asked to retry.
+            with self._own_releases_lock:
+                self._own_releases.add((topic, partition, key))
             self._keystate.release(topic, partition, key)
-        return released
+        return self._release_local(topic, partition, key, retry=retry)
 
     def _release_local(
         self, topic: str, partition: int, key: bytes | None, *, retry: bool
@@ -313,6 +318,10 @@ class KeySharedConsumer:
         return released
 
     def _on_remote_release(self, topic: str, partition: int, key: bytes | None) -> None:
+        with self._own_releases_lock:
+            if (topic, partition, key) in self._own_releases:
+                self._own_releases.discard((topic, partition, key))
+                return
         self._release_local(topic, partition, key, retry=False)
 
     def _check_reachable(self) -> None:
