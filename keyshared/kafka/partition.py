@@ -9,6 +9,7 @@ being committed by the wrong owner.
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,7 @@ class PartitionState:
     busiest: SpaceSaving = field(default_factory=SpaceSaving)
     slowest: SpaceSaving = field(default_factory=SpaceSaving)
     high_watermark: int | None = None
+    sketches_since: float = field(default_factory=time.monotonic)
 
     @property
     def tp(self) -> tuple[str, int]:

@@ -33,6 +33,7 @@ TP = tuple[str, int]
 _BATCH = 1000
 _IDLE_POLL = 0.1
 _SAMPLE_INTERVAL = 1.0
+_HOT_KEY_WINDOW = 60.0  # seconds of traffic the busiest/slowest key sketches cover
 
 
 class PollLoop:
@@ -186,6 +187,11 @@ class PollLoop:
                     oldest_incomplete_age=blocker.age if blocker else 0.0,
                     hot_key_share=state.busiest.share_of_top(),
                 )
+            if now - state.sketches_since > _HOT_KEY_WINDOW:
+                # The sketches describe recent traffic, not the partition's whole history.
+                state.busiest.clear()
+                state.slowest.clear()
+                state.sketches_since = now
 
     # -- rebalance callbacks (called from within consume, on this thread) ----------------------
 
