@@ -191,25 +191,27 @@ class Dispatcher:
             self._idle.notify_all()
 
     def release(self, state: PartitionState, key: bytes | None, *, retry: bool) -> str | None:
-        """Release a blocked or parked key; say what was released, or None if neither."""
+        """Release a blocked or parked key; say what was released, or None if neither.
+
+        A blocked record is skipped (counted done) or, with ``retry``, run again from attempt
+        1. On a partition that is no longer active the block is only forgotten: the record is
+        still incomplete, so the next owner gets it again.
+        """
         with self.lock:
-            what = None
-            if key in state.parked:
-                state.parked.discard(key)
-                what = "parked"
+            released = "parked" if key in state.parked else None
+            state.parked.discard(key)
             blocked = state.blocked.pop(key, None)
             if blocked is None:
-                return what
-            state.running += 1
+                return released
             if state.phase is not Phase.ACTIVE:
-                state.running -= 1
                 return "blocked"
-        if retry:
-            blocked.entry.attempt = 1
-            with self.lock:
+            state.running += 1
+            if retry:
+                blocked.entry.attempt = 1
+                blocked.entry.first_failure = None
                 self._submit(blocked.entry.worker, [(state, blocked.entry)])
-        else:
-            self.finish(state, blocked.entry)
+                return "blocked"
+        self.finish(state, blocked.entry)
         return "blocked"
 
     # -- rebalance ---------------------------------------------------------------------------
