@@ -9,12 +9,14 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from confluent_kafka import Producer
 
-__all__ = ["hottest", "key_name", "produce", "uniform_keys", "zipf_keys"]
+__all__ = ["SteadyProducer", "hottest", "key_name", "produce", "uniform_keys", "zipf_keys"]
 
 _PAD = b"x" * 80  # payload of about 100 bytes, a typical small event
 
@@ -72,3 +74,37 @@ def produce(bootstrap: str, topic: str, keys: Iterable[bytes], partition: int | 
     if remaining:
         raise RuntimeError(f"{remaining} records to {topic} were not acknowledged within 60 s")
     return count
+
+
+class SteadyProducer:
+    """Produces ``rate`` records a second over ``key_count`` keys until :meth:`stop`.
+
+    Why a steady rate below every contender's capacity: then no backlog builds up, and what a
+    rebalance scenario measures is the hand-over itself, not how long a backlog takes to drain.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, rate: float, key_count: int) -> None:
+        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        self._topic, self._rate, self._key_count = topic, rate, key_count
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-producer", daemon=True)
+        self.produced = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        began = time.monotonic()
+        while not self._stop.is_set():
+            due = int((time.monotonic() - began) * self._rate)
+            while self.produced < due:
+                key = key_name(self.produced % self._key_count)
+                self._producer.produce(self._topic, key=key, value=b'{"pad":"%s"}' % _PAD)
+                self.produced += 1
+            self._producer.poll(0)
+            time.sleep(0.005)
+        self._producer.flush(30)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
