@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 
 from keyshared.dev.testing import unique_name
 from tests.kafka.support.journal import (
+    ASYNC_HANDLER,
     HANDLER,
     REPO_ROOT,
     check,
@@ -76,8 +77,9 @@ def test_usage_errors_are_clear() -> None:
     assert "no_such_module_xyz" in bad_spec.stderr and "Traceback" not in bad_spec.stderr
 
 
+@pytest.mark.parametrize("handler", [HANDLER, ASYNC_HANDLER], ids=["sync", "async"])
 def test_run_drains_and_commits_on_sigterm(
-    kafka_bootstrap: str, new_topic, new_group, tmp_path: Path
+    kafka_bootstrap: str, new_topic, new_group, tmp_path: Path, handler: str
 ) -> None:
     """SIGTERM while a slow record runs: it finishes, everything is committed, exit 0.
 
@@ -96,7 +98,7 @@ def test_run_drains_and_commits_on_sigterm(
             [
                 *_keyshared(),
                 "run",
-                HANDLER,
+                handler,
                 "-g",
                 group,
                 "-t",
