@@ -31,18 +31,42 @@ from tests.kafka.support.journal import (
 KEYS = 600
 PER_KEY = 40
 PARTITIONS = 4
-TOTAL = KEYS * PER_KEY
 
 
 @pytest.mark.slow
 def test_order_and_completeness_while_members_join_and_leave(
     kafka_bootstrap: str, new_topic, new_group, tmp_path: Path
 ) -> None:
-    topic = new_topic(partitions=PARTITIONS)
-    group = new_group("order")
+    """Cooperative-sticky (the default): 24k records, 600 keys, 4 partitions, 4 members."""
     keys = [f"key-{i:04d}".encode() for i in range(KEYS)]
-    per_partition = produce(kafka_bootstrap, topic, sequenced(keys, PER_KEY))
-    assert sum(per_partition.values()) == TOTAL and len(per_partition) == PARTITIONS
+    topic = new_topic(partitions=PARTITIONS)
+    _join_and_leave(kafka_bootstrap, topic, new_group("order"), tmp_path, keys, PER_KEY, [])
+
+
+@pytest.mark.slow
+def test_order_and_completeness_with_the_eager_protocol(
+    kafka_bootstrap: str, new_topic, new_group, tmp_path: Path
+) -> None:
+    """Eager (range): every rebalance revokes every partition, so every change is a hand-over."""
+    keys = [f"key-{i:03d}".encode() for i in range(300)]
+    topic = new_topic(partitions=PARTITIONS)
+    args = ["-X", "partition.assignment.strategy=range"]
+    _join_and_leave(kafka_bootstrap, topic, new_group("eager"), tmp_path, keys, 30, args)
+
+
+def _join_and_leave(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    tmp_path: Path,
+    keys: list[bytes],
+    per_key: int,
+    args: list[str],
+) -> None:
+    """A and B start, C joins, A leaves (SIGTERM), D joins, C leaves; then check the journal."""
+    total = len(keys) * per_key
+    per_partition = produce(bootstrap, topic, sequenced(keys, per_key))
+    assert sum(per_partition.values()) == total and len(per_partition) == PARTITIONS
 
     journal = tmp_path / "journal"
     procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -51,11 +75,11 @@ def test_order_and_completeness_while_members_join_and_leave(
 
     def start(name: str) -> None:
         procs[name] = start_consumer(
-            kafka_bootstrap, group, topic, journal, workers=4, sleep_ms="2,8", log=logs[name]
+            bootstrap, group, topic, journal, workers=4, sleep_ms="2,8", args=args, log=logs[name]
         )
 
     def reach(fraction: float, event: str) -> None:
-        wait_for(lambda: count_finished(journal) >= fraction * TOTAL, 120, f"{fraction:.0%}")
+        wait_for(lambda: count_finished(journal) >= fraction * total, 120, f"{fraction:.0%}")
         progress_at[event] = count_finished(journal)
 
     def stop(name: str) -> None:
@@ -80,7 +104,7 @@ def test_order_and_completeness_while_members_join_and_leave(
         kill_all(procs.values())
 
     events = read_journal(journal)
-    report = check(events, {key: PER_KEY for key in keys})
+    report = check(events, dict.fromkeys(keys, per_key))
     print(f"progress at each membership change: {progress_at}")
     print(f"order report: {report.summary()}")
     assert not report.missing, report.summary()
@@ -93,9 +117,9 @@ def test_order_and_completeness_while_members_join_and_leave(
             ends.setdefault((event.key, event.seq), []).append(event.pid)
     for rid, pids in ends.items():
         assert len(pids) == len(set(pids)), f"{rid} finished twice by one process: {pids}"
-    print(f"duplicates around hand-overs: {report.duplicates} of {TOTAL}")
-    assert progress_at["C leaves (SIGTERM)"] < TOTAL, "the run ended before the last hand-over"
-    wait_committed_to_end(kafka_bootstrap, group, topic)
+    print(f"duplicates around hand-overs: {report.duplicates} of {total}")
+    assert progress_at["C leaves (SIGTERM)"] < total, "the run ended before the last hand-over"
+    wait_committed_to_end(bootstrap, group, topic)
 
 
 @pytest.mark.xfail(

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import keyshared
 from tests.kafka.support.journal import Event
@@ -100,7 +99,3 @@ class AsyncRecorder(Recorder):
             await asyncio.sleep(self._delay(record))
         finally:
             self._log("E", record)
-
-
-def anything(_: Any) -> None:
-    """A handler that does nothing."""
