@@ -6,6 +6,7 @@ file holds every figure and ratio plus the machine, so a later run can be compar
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -30,7 +31,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
-        "confluent_kafka": confluent_kafka.version()[0],
+        "confluent_kafka": importlib.metadata.version("confluent-kafka"),
         "librdkafka": confluent_kafka.libversion()[0],
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
