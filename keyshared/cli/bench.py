@@ -95,8 +95,7 @@ def bench(
             write_json(out / "results.json", results, _run_params(ctx, chosen))
     finally:
         ctx.close()
-        if where.started:
-            where.release(False, err)
+        where.release(False, err)
     err.print(f"Results: {out / 'results.json'} and {len(results)} chart(s) in {out}/")
 
 

@@ -47,7 +47,8 @@ __all__ = ["demo"]
     "--keep-cluster/--stop-cluster",
     default=True,
     help="Leave a local cluster the demo started running (fast reruns, `keyshared dev down` "
-    "stops it), or stop it at the end. A cluster given by -b is never touched.",
+    "stops it), or stop it at the end. A cluster that was already running, or given by -b, "
+    "is never touched.",
 )
 def demo(
     bootstrap_servers: str | None,
@@ -100,8 +101,7 @@ def demo(
     except KeySharedError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
-        if where.started or not keep_cluster:
-            where.release(not keep_cluster, console)
+        where.release(not keep_cluster, console)
     print_summary(console, outcome)
     console.print(f"Demo finished in {time.monotonic() - began:.0f} s (cluster start included).")
     if not outcome.ok:

@@ -28,10 +28,12 @@ class ClusterChoice:
     started: bool = False
 
     def release(self, stop: bool, console: Console) -> None:
-        """Stop the local cluster if asked; otherwise say how to stop it."""
+        """Stop the local cluster if this process started it and ``stop``; else say how to."""
         if self.cluster is None:
             return
-        if stop:
+        if not self.started:
+            console.print("The local cluster was already running and is left as it was.")
+        elif stop:
             self.cluster.down()
             console.print("Stopped the local cluster.")
         else:
