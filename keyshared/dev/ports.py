@@ -1,20 +1,38 @@
-"""Free loopback ports for the local cluster.
+"""Free loopback ports for the local cluster, and which of them each server uses.
 
 Kafka's 9092 and ZooKeeper's 2181 are never assumed free: a developer may run another broker,
-and test sessions run clusters side by side. Ports are picked by the kernel (bind to port 0).
+and test sessions run clusters side by side. Ports are picked at random outside the kernel's
+ephemeral range and checked by binding them. A server keeps its ports across restarts (clients
+configured with its address keep working) for as long as they stay free.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import socket
+import time
 from pathlib import Path
 
-__all__ = ["LOOPBACK", "accepts_connections", "free_ports", "port_is_free"]
+from keyshared.dev.errors import PortInUseError
+from keyshared.dev.state import ClusterState, KafkaRecord, ZooKeeperRecord
+
+__all__ = [
+    "LOOPBACK",
+    "accepts_connections",
+    "assign_ports",
+    "await_port_released",
+    "free_ports",
+    "port_is_free",
+]
+
+log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 _FIRST_PORT = 20000  # below this live many well-known services; stay clear of them
+# How long a restart waits for a killed server's port to be released by the kernel.
+_PORT_RELEASE_TIMEOUT_S = 60.0
 
 
 def free_ports(count: int) -> list[int]:
@@ -85,3 +103,50 @@ def accepts_connections(port: int, timeout: float = 0.5) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout):
         return True
     return False
+
+
+def assign_ports(state: ClusterState, *, kafka_running: bool, zk_running: bool) -> None:
+    """Keep recorded ports that are still free; pick new free ports for the rest.
+
+    A running server keeps its ports (they are taken by itself). The pid of a server that is
+    not running is cleared, so `state` only names processes that exist.
+    """
+    reusable_kafka = state.kafka is not None and (
+        kafka_running
+        or (port_is_free(state.kafka.port) and port_is_free(state.kafka.controller_port))
+    )
+    reusable_zk = state.zookeeper is not None and (zk_running or port_is_free(state.zookeeper.port))
+    taken = {
+        *((state.kafka.port, state.kafka.controller_port) if state.kafka else ()),
+        *((state.zookeeper.port,) if state.zookeeper else ()),
+    }
+    fresh = iter(port for port in free_ports(6) if port not in taken)
+    if not reusable_kafka:
+        if state.kafka is not None:
+            log.info("kafka's previous ports are taken; moving to new ones")
+        state.kafka = KafkaRecord(port=next(fresh), controller_port=next(fresh))
+    if not reusable_zk:
+        if state.zookeeper is not None:
+            log.info("zookeeper's previous port is taken; moving to a new one")
+        state.zookeeper = ZooKeeperRecord(port=next(fresh))
+    if not kafka_running:
+        assert state.kafka is not None
+        state.kafka.pid = None
+    if not zk_running:
+        assert state.zookeeper is not None
+        state.zookeeper.pid = None
+
+
+def await_port_released(server: str, port: int) -> None:
+    """Wait until `server` could bind `port` again, for a restart on the same address.
+
+    After a SIGKILL the dead server's orphaned connections hold its port for a moment
+    (FIN_WAIT); this waits that out instead of failing the restart.
+
+    :raises PortInUseError: the port is still taken after a minute (another process has it).
+    """
+    deadline = time.monotonic() + _PORT_RELEASE_TIMEOUT_S
+    while not port_is_free(port):
+        if time.monotonic() > deadline:
+            raise PortInUseError(server, port)
+        time.sleep(0.2)

@@ -15,7 +15,19 @@ from typing import Any
 
 from keyshared.dev.errors import ClusterStateError
 
-__all__ = ["ClusterState", "KafkaRecord", "ZooKeeperRecord", "load_state", "save_state"]
+__all__ = [
+    "KAFKA",
+    "ZOOKEEPER",
+    "ClusterState",
+    "KafkaRecord",
+    "ZooKeeperRecord",
+    "load_state",
+    "save_state",
+]
+
+# The two servers' names, as the state file, statuses and log messages spell them.
+KAFKA = "kafka"
+ZOOKEEPER = "zookeeper"
 
 _FORMAT = 1
 
