@@ -98,11 +98,13 @@ def demo(
     )
     try:
         outcome = run_demo(where.bootstrap, settings, console)
+        print_summary(console, outcome)
+        console.print(
+            f"Demo finished in {time.monotonic() - began:.0f} s (cluster start included)."
+        )
     except KeySharedError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
         where.release(not keep_cluster, console)
-    print_summary(console, outcome)
-    console.print(f"Demo finished in {time.monotonic() - began:.0f} s (cluster start included).")
     if not outcome.ok:
         raise SystemExit(1)

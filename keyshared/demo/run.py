@@ -8,6 +8,8 @@ committed offsets are compared with the end offsets.
 
 from __future__ import annotations
 
+import gc
+import logging
 import threading
 import time
 import uuid
@@ -25,6 +27,11 @@ from keyshared.demo.workload import OrderWorkload, ProducedSet
 from keyshared.dev.testing import create_topic
 
 __all__ = ["DemoOutcome", "DemoSettings", "run_demo"]
+
+# librdkafka's own chatter (a fresh broker's "coordinator load in progress", disconnects when
+# the cluster stops) goes through Python logging, where only its errors are shown.
+_CLIENT_LOG = logging.getLogger("keyshared.demo.librdkafka")
+_CLIENT_LOG.setLevel(logging.ERROR)
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,12 @@ def run_demo(bootstrap: str, settings: DemoSettings, console: Console) -> DemoOu
     retry = RetryPolicy(max_attempts=settings.max_attempts, initial_backoff=0.05, max_backoff=0.5)
     members = [
         KeySharedConsumer(
-            {"bootstrap.servers": bootstrap, "group.id": group, "client.id": f"demo-{i + 1}"},
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "client.id": f"demo-{i + 1}",
+                "logger": _CLIENT_LOG,
+            },
             [topic],
             handler,
             workers=settings.workers,
@@ -117,6 +129,10 @@ def run_demo(bootstrap: str, settings: DemoSettings, console: Console) -> DemoOu
         member.stop()
     for thread in threads:
         thread.join(60)
+    # The members' clients hold reference cycles; collect them now so their connections close
+    # before the cluster may be stopped (else librdkafka logs reconnect errors to stderr).
+    members.clear()
+    gc.collect()
     produced = workload.produced
     letters = read_dead_letters(bootstrap, dlq_topic, len(produced.poison))
     verdict = verifier.verdict()
