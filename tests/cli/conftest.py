@@ -1,0 +1,150 @@
+"""Helpers for the operator-command tests: a real consumer on a thread, producers, waits.
+
+The committed state that ``status`` and ``verify`` read is always made by the real
+``KeySharedConsumer`` against the real broker (or, for the cases a consumer cannot produce on
+purpose, such as a cursor left on a transaction marker, by a plain commit).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+from click import Command
+from click.testing import CliRunner, Result
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from keyshared import KeySharedConsumer, Record, RetryPolicy
+from keyshared.dev.testing import GroupFactory, create_topic, delete_topics
+from keyshared.kafka.keystate import topic_for
+from keyshared.ops import GroupReader
+
+WAIT = 60.0
+FAST_RETRY = RetryPolicy(max_attempts=2, initial_backoff=0.05, jitter=0.0)
+
+
+class Running:
+    """``KeySharedConsumer.run()`` on a thread; :meth:`stop` drains, commits and re-raises."""
+
+    def __init__(self, consumer: KeySharedConsumer) -> None:
+        self.consumer = consumer
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="test-consumer", daemon=True)
+        self._thread.start()
+        assert consumer.wait_started(WAIT), "the consumer did not start"
+
+    def _run(self) -> None:
+        try:
+            self.consumer.run()
+        except BaseException as exc:
+            self.error = exc
+
+    def stop(self) -> None:
+        self.consumer.stop()
+        self._thread.join(WAIT)
+        assert not self._thread.is_alive(), "the consumer did not stop"
+        if self.error is not None:
+            raise self.error
+
+
+StartConsumer = Callable[..., Running]
+
+
+@pytest.fixture
+def start(kafka_bootstrap: str) -> Iterator[StartConsumer]:
+    """``start(group, topic, handler, **options) -> Running``; stopped after the test."""
+    running: list[Running] = []
+
+    def make(group: str, topic: str, handler: Callable[[Record], Any], **options: Any) -> Running:
+        config = {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": group,
+            "client.id": f"m-{uuid.uuid4().hex[:8]}",
+        }
+        options = {"workers": 4, "commit_interval": 0.1, "retry": FAST_RETRY, **options}
+        run = Running(KeySharedConsumer(config, [topic], handler, **options))
+        running.append(run)
+        return run
+
+    yield make
+    for run in running:
+        run.consumer.stop()
+    for run in running:
+        run._thread.join(WAIT)
+
+
+@pytest.fixture
+def group(new_group: GroupFactory, kafka_bootstrap: str) -> Iterator[str]:
+    """A fresh group; its key-state topic (if a test made one) is deleted afterwards."""
+    name = new_group("ops")
+    yield name
+    delete_topics(AdminClient({"bootstrap.servers": kafka_bootstrap}), [topic_for(name)])
+
+
+@pytest.fixture
+def dlq_for(kafka_bootstrap: str) -> Iterator[Callable[[str], str]]:
+    """``dlq_for(topic)`` creates ``<topic>.dlq`` (one partition) and returns its name."""
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    made: list[str] = []
+
+    def make(topic: str) -> str:
+        name = f"{topic}.dlq"
+        create_topic(admin, name, 1)
+        made.append(name)
+        return name
+
+    yield make
+    delete_topics(admin, made)
+
+
+def produce(
+    bootstrap: str, topic: str, records: Sequence[tuple[int, bytes | None, bytes]]
+) -> dict[int, list[int]]:
+    """Produce ``(partition, key, value)`` in order (idempotent); offsets by partition."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    offsets: dict[int, list[int]] = {}
+
+    def delivered(err: Any, msg: Any) -> None:
+        assert err is None, err
+        offsets.setdefault(msg.partition(), []).append(msg.offset())
+
+    for partition, key, value in records:
+        producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered)
+    assert producer.flush(WAIT) == 0
+    return {p: sorted(o) for p, o in offsets.items()}
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def committed_to_end(bootstrap: str, group: str, topic: str, partitions: int) -> bool:
+    """Whether ``group``'s committed offset is at the high watermark on every partition."""
+    reader = GroupReader({"bootstrap.servers": bootstrap}, 10.0)
+    committed = reader.committed(group)
+    marks = reader.watermarks((topic, p) for p in range(partitions))
+    return all(committed.get(tp, (None, None))[0] == high for tp, (_, high) in marks.items())
+
+
+def invoke(command: Command, args: Sequence[str], bootstrap: str) -> Result:
+    """Run a command the way a shell would, with the broker taken from the environment."""
+    runner = CliRunner()
+    return runner.invoke(
+        command, list(args), env={"KEYSHARED_BOOTSTRAP_SERVERS": bootstrap}, catch_exceptions=False
+    )
+
+
+def invoke_json(command: Command, args: Sequence[str], bootstrap: str) -> tuple[int, Any]:
+    """The exit code and parsed ``--json`` output."""
+    result = invoke(command, [*args, "--json"], bootstrap)
+    assert result.stdout.strip(), f"no output (exit {result.exit_code}): {result.output}"
+    return result.exit_code, json.loads(result.stdout)
