@@ -13,6 +13,8 @@ from keyshared.cli.demo import demo
 from keyshared.cli.dev import dev
 from keyshared.cli.release import release
 from keyshared.cli.run import run
+from keyshared.cli.status import status
+from keyshared.cli.verify import verify
 
 __all__ = ["cli", "main"]
 
@@ -28,6 +30,8 @@ cli.add_command(dev)
 cli.add_command(demo)
 cli.add_command(bench)
 cli.add_command(release)
+cli.add_command(status)
+cli.add_command(verify)
 
 
 def main() -> None:

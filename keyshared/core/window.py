@@ -37,7 +37,6 @@ class Entry(Generic[P]):
     done: bool = False
     attempt: int = field(default=1)
     first_failure: float | None = None  # wall-clock time of the first failed attempt
-    elapsed: float = 0.0  # seconds the last attempt's handler took
 
 
 class CursorBlocker(NamedTuple):

@@ -137,7 +137,11 @@ class KeySharedConsumer:
         elif self._is_async:
             runner = AsyncRunner(options.workers, lambda work: executor[0].run_async(work))
         else:
-            runner = ThreadWorkers(options.workers, lambda works: executor[0].run_batch(works))
+            runner = ThreadWorkers(
+                options.workers,
+                lambda work: executor[0].run(work),
+                on_idle=lambda: executor[0].settlements.flush_mine(),
+            )
         dlq = DeadLetterWriter(
             self._config, self.group, options.dlq_topic_for, metrics, scheduler.call_later
         )
@@ -181,6 +185,7 @@ class KeySharedConsumer:
             self._keystate,
             self._stop,
             worker_depths=lambda: [runner.depth(w) for w in range(runner.count)],
+            nudge_workers=lambda: self._nudge(runner, executor[0]),
         )
         loop.append(self._loop)
         if options.metrics_port is not None:
@@ -208,6 +213,14 @@ class KeySharedConsumer:
                 self._metrics_server.close()
             self._finished.set()
             log.info("consumer %s of group %s stopped", self.member, self.group)
+
+    @staticmethod
+    def _nudge(runner: ThreadWorkers | AsyncRunner | PullQueue, executor: RecordExecutor) -> None:
+        """Periodic care from the poll loop: settle successes stuck behind a busy thread, and
+        let idle threads take records queued behind a slow handler."""
+        executor.settlements.flush_stale()
+        if isinstance(runner, ThreadWorkers):
+            runner.nudge()
 
     # -- pull style ------------------------------------------------------------------------------
 

@@ -139,16 +139,14 @@ class Dispatcher:
         with self.lock:
             for state, entry in works:
                 state.running -= 1
-                if state.phase is Phase.GONE or state.window is None:
+                if state.phase is not Phase.ACTIVE or state.window is None:
+                    if state.phase is Phase.DRAINING and state.window is not None:
+                        state.window.complete(entry.offset)  # counts for the final commit
                     self._idle.notify_all()
                     continue
-                released = state.window.complete(entry.offset)
-                if state.phase is Phase.ACTIVE:
-                    for nxt in released:
-                        state.running += 1
-                        ready.setdefault(nxt.worker, []).append((state, nxt))
-                else:
-                    self._idle.notify_all()
+                for nxt in state.window.complete(entry.offset):
+                    state.running += 1
+                    ready.setdefault(nxt.worker, []).append((state, nxt))
             for worker, batch in ready.items():
                 self._submit(worker, batch)
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from keyshared.core.poison import DeserializationError, PoisonPolicy, Retry, decide
 from keyshared.core.window import Entry
 from keyshared.kafka.partition import PartitionState, Phase
-from keyshared.metrics.batch import observe_many
+from keyshared.kafka.settlement import SettlementBuffer
 from keyshared.record import Record
 from keyshared.settings import ConsumerOptions
 
@@ -29,9 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RecordExecutor"]
 
-_SLOW_HANDLER = 50e-6  # seconds: a success slower than this is settled on its own
-_SETTLE_AFTER = 1e-3  # seconds: no success waits longer than this to be settled
-_SETTLE_BATCH = 64
 
 log = logging.getLogger(__name__)
 
@@ -59,74 +56,25 @@ class RecordExecutor:
         self._dlq = dlq
         self._keystate = keystate
         self._rng = random.Random()
+        self.settlements = SettlementBuffer(dispatcher.finish_many)
 
     # -- entry points for the two kinds of worker -------------------------------------------
 
-    def run_batch(self, works: list[Work]) -> None:
-        """Run a worker's batch in order, settling fast successes together.
-
-        Settling takes the dispatcher's lock and metrics take their own; with fast handlers,
-        doing both once per few dozen records instead of once per record is most of the
-        throughput. A success is settled at once when its handler was slow (its key's next
-        record should not wait on others), and no success waits more than about a millisecond.
-        """
-        handler = self._handler
-        assert handler is not None
-        clock = time.perf_counter
-        done: list[Work] = []
-        done_since = 0.0
-        for work in works:
-            state, entry = work
-            record = self.prepare(state, entry)
-            if record is None:
-                continue
-            started = clock()
-            if done and started - done_since > _SETTLE_AFTER:
-                self._settle(done)
-                done = []
-            try:
-                handler(record)
-            except BaseException as exc:
-                self.failed(state, entry, exc)
-                continue
-            entry.elapsed = clock() - started
-            if not done:
-                done_since = started
-            done.append(work)
-            if entry.elapsed > _SLOW_HANDLER or len(done) >= _SETTLE_BATCH:
-                self._settle(done)
-                done = []
-        if done:
-            self._settle(done)
-
-    def _settle(self, done: list[Work]) -> None:
-        """Record the metrics of finished successes, then free their keys."""
-        by_state: dict[int, tuple[PartitionState, list[Entry[Any]]]] = {}
-        for state, entry in done:
-            group = by_state.get(id(state))
-            if group is None:
-                by_state[id(state)] = (state, [entry])
-            else:
-                group[1].append(entry)
-        now = time.time()
-        for state, entries in by_state.values():
-            self._account_many(state, entries, now)
-        self._dispatcher.finish_many(done)
-
-    @staticmethod
-    def _account_many(state: PartitionState, entries: list[Entry[Any]], now: float) -> None:
-        metrics = state.metrics
-        metrics.processed.inc(len(entries))
-        observe_many(metrics.handler_seconds, [e.elapsed for e in entries])
-        end_to_end = []
-        for entry in entries:
-            msg = entry.payload
-            ts_type, ts = msg.timestamp()
-            if ts_type:
-                end_to_end.append(max(0.0, now - ts / 1000.0))
-            if not entry.offset & 7:
-                state.slowest.add(msg.key() or b"", entry.elapsed * 8)
-        observe_many(metrics.end_to_end_seconds, end_to_end)
+    def run(self, work: Work) -> None:
+        """Run one record on a worker thread; its success is settled through the buffer."""
+        state, entry = work
+        record = self.prepare(state, entry)
+        if record is None:
+            return
+        assert self._handler is not None
+        self.settlements.before_handler()
+        started = time.perf_counter()
+        try:
+            self._handler(record)
+        except BaseException as exc:
+            self.failed(state, entry, exc)
+            return
+        self.settlements.add(state, entry, time.perf_counter() - started)
 
     async def run_async(self, work: Work) -> None:
         state, entry = work
@@ -181,8 +129,16 @@ class RecordExecutor:
         )
 
     def succeeded(self, state: PartitionState, entry: Entry[Any], elapsed: float) -> None:
-        entry.elapsed = elapsed
-        self._settle([(state, entry)])
+        metrics = state.metrics
+        metrics.processed.inc()
+        metrics.handler_seconds.observe(elapsed)
+        msg = entry.payload
+        ts_type, ts = msg.timestamp()
+        if ts_type:
+            metrics.end_to_end_seconds.observe(max(0.0, time.time() - ts / 1000.0))
+        if not entry.offset & 7:  # sampled like the busiest-key sketch
+            state.slowest.add(msg.key() or b"", elapsed * 8)
+        self._dispatcher.finish(state, entry)
 
     def failed(self, state: PartitionState, entry: Entry[Any], exc: BaseException) -> None:
         state.metrics.failed.inc()

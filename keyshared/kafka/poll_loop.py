@@ -49,6 +49,7 @@ class PollLoop:
         keystate: KeyStateStore | None,
         stop_event: threading.Event,
         worker_depths: Callable[[], list[int]] = list,
+        nudge_workers: Callable[[], None] = lambda: None,
     ) -> None:
         self._consumer = consumer
         self._topics = topics
@@ -58,6 +59,7 @@ class PollLoop:
         self._keystate = keystate
         self._stop = stop_event
         self._worker_depths = worker_depths
+        self._nudge_workers = nudge_workers
         self._committer = Committer(consumer, metrics, dispatcher.lock, self._state_of)
         self.states: dict[TP, PartitionState] = {}
         self._paused: set[TP] = set()
@@ -86,6 +88,7 @@ class PollLoop:
             if messages:
                 self._admit(messages)
             self._apply_backpressure()
+            self._nudge_workers()
             now = time.monotonic()
             if now >= next_commit:
                 self._observe_positions()

@@ -1,8 +1,13 @@
 """Where handlers run: a pool of threads, or one asyncio loop for ``async def`` handlers.
 
 Both take work as lists (``submit(worker, works)``) and never block the caller, so the poll
-thread that dispatches into them can always go back to polling. Each thread worker owns its
-queue: the hash ring sends a key to one worker, so that worker sees the key's records in order.
+thread that dispatches into them can always go back to polling.
+
+Thread workers each have a queue, filled as the hash ring says, so a key's records usually run
+on the same thread. But an idle worker *steals* from the longest queue: a record queued behind a
+slow or stuck handler is taken by a free thread instead of waiting. Per-key order does not
+depend on which thread runs a record, because the window releases a key's next record only
+after the previous one finished.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import asyncio
 import logging
 import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,24 +25,43 @@ __all__ = ["AsyncRunner", "ThreadWorkers"]
 
 log = logging.getLogger(__name__)
 
-_STOP = None
-
 
 class ThreadWorkers:
-    """``count`` threads, one queue each; ``submit(worker, works)`` runs ``run_batch(works)``."""
+    """``count`` threads; ``submit(worker, works)`` queues for ``worker``; a thread out of work
+    steals from busy ones, and sleeping threads are woken for that when a record has run
+    longer than ``steal_after`` seconds.
+
+    Each worker's records sit in a deque that its own thread and stealers pop from (deque pops
+    are atomic), so taking a record needs no lock; a per-worker doorbell wakes a sleeping
+    thread once per submit, not once per record. Stealing only from a worker that is stuck
+    keeps the common case cheap while bounding how long a record can wait behind someone else's
+    slow handler: about ``steal_after`` plus the interval of :meth:`nudge`.
+
+    :param count: number of threads.
+    :param run_one: runs one unit of work; must not raise (a raise is logged and survived).
+    :param steal_after: seconds a record must have run before its thread's queue is stolen.
+    :param on_idle: called on a thread that ran out of work, before it sleeps.
+    """
 
     def __init__(
-        self, count: int, run_batch: Callable[[list[Any]], None], name: str = "keyshared-worker"
+        self,
+        count: int,
+        run_one: Callable[[Any], None],
+        name: str = "keyshared-worker",
+        steal_after: float = 0.005,
+        on_idle: Callable[[], None] = lambda: None,
     ) -> None:
-        self._run_batch = run_batch
-        self._queued = [0] * count
-        self._depth_lock = threading.Lock()
-        self._queues: list[queue.SimpleQueue[list[Any] | None]] = [
-            queue.SimpleQueue() for _ in range(count)
-        ]
+        self._run_one = run_one
+        self._on_idle = on_idle
+        self._steal_after = steal_after
+        self._queues: list[deque[Any]] = [deque() for _ in range(count)]
+        self._doorbells: list[queue.SimpleQueue[bool]] = [queue.SimpleQueue() for _ in range(count)]
+        self._busy_since = [0.0] * count  # monotonic start of the running record; 0: none
+        self._sleeping = [False] * count  # hints only: a stale value costs one spare wake-up
+        self._closed = False
         self._threads = [
-            threading.Thread(target=self._loop, args=(i, q), name=f"{name}-{i}", daemon=True)
-            for i, q in enumerate(self._queues)
+            threading.Thread(target=self._loop, args=(i,), name=f"{name}-{i}", daemon=True)
+            for i in range(count)
         ]
         for thread in self._threads:
             thread.start()
@@ -45,30 +71,88 @@ class ThreadWorkers:
         return len(self._queues)
 
     def submit(self, worker: int, works: list[Any]) -> None:
-        with self._depth_lock:
-            self._queued[worker] += len(works)
-        self._queues[worker].put(works)
+        self._queues[worker].extend(works)
+        self._doorbells[worker].put(True)
+        if self._stuck(worker, time.monotonic()):
+            self._wake_a_sleeper()
+
+    def nudge(self) -> None:
+        """Wake sleeping threads to take over queues stuck behind a slow record.
+
+        Called periodically (the poll loop does, several times a second): a record queued
+        before its thread got stuck is rescued here, since no submit will come to notice it.
+        """
+        now = time.monotonic()
+        waiting = sum(len(q) for w, q in enumerate(self._queues) if q and self._stuck(w, now))
+        while waiting > 0 and self._wake_a_sleeper():
+            waiting -= 1
+
+    def _wake_a_sleeper(self) -> bool:
+        for index, sleeping in enumerate(self._sleeping):
+            if sleeping:
+                self._sleeping[index] = False
+                self._doorbells[index].put(True)
+                return True
+        return False
+
+    def _stuck(self, worker: int, now: float) -> bool:
+        since = self._busy_since[worker]
+        return since > 0.0 and now - since > self._steal_after
 
     def depth(self, worker: int) -> int:
         """Records queued for ``worker`` and not yet started."""
-        return self._queued[worker]
+        return len(self._queues[worker])
 
-    def _loop(self, index: int, tasks: queue.SimpleQueue[list[Any] | None]) -> None:
-        run_batch = self._run_batch
-        while True:
-            works = tasks.get()
-            if works is _STOP:
-                return
-            with self._depth_lock:
-                self._queued[index] -= len(works)
+    def _steal(self) -> Any | None:
+        """The oldest record of the longest queue whose thread is busy, if any.
+
+        A thread that ran out of its own work takes a record that would otherwise wait behind
+        a running one: this evens out the ring's imbalance and rescues records queued behind a
+        slow handler. Only sleeping threads need waking for that (submit and nudge do it when
+        a record has run longer than ``steal_after``).
+        """
+        busy = self._busy_since
+        victims = [q for w, q in enumerate(self._queues) if q and busy[w] > 0.0]
+        while victims:
+            victim = max(victims, key=len)
             try:
-                run_batch(works)
-            except BaseException:  # a worker must outlive anything a task does
-                log.exception("keyshared worker task failed unexpectedly")
+                return victim.popleft()
+            except IndexError:  # its owner or another stealer took it meanwhile
+                victims.remove(victim)
+        return None
+
+    def _loop(self, index: int) -> None:
+        own = self._queues[index]
+        doorbell = self._doorbells[index]
+        busy = self._busy_since
+        run_one = self._run_one
+        clock = time.monotonic
+        while True:
+            self._sleeping[index] = True
+            doorbell.get()
+            self._sleeping[index] = False
+            if self._closed:
+                return
+            while True:
+                try:
+                    work = own.popleft()
+                except IndexError:
+                    work = self._steal()
+                    if work is None:
+                        self._on_idle()
+                        break
+                busy[index] = clock()
+                try:
+                    run_one(work)
+                except BaseException:  # a worker must outlive anything a task does
+                    log.exception("keyshared worker task failed unexpectedly")
+                finally:
+                    busy[index] = 0.0
 
     def close(self, timeout: float = 5.0) -> None:
-        for q in self._queues:
-            q.put(_STOP)
+        self._closed = True
+        for doorbell in self._doorbells:
+            doorbell.put(False)
         for thread in self._threads:
             thread.join(timeout)
 
@@ -93,6 +177,7 @@ class AsyncRunner:
         self._concurrency = concurrency
         self._semaphore: asyncio.Semaphore | None = None
         self._waiting = 0  # touched only on the loop thread
+        self._tasks: set[asyncio.Task[None]] = set()
         self._thread.start()
         self._ready.wait()
 
@@ -116,7 +201,11 @@ class AsyncRunner:
     def _spawn(self, works: list[Any]) -> None:
         self._waiting += len(works)
         for work in works:
-            self._loop.create_task(self._bounded(work))
+            # asyncio keeps only weak references to tasks: without this set a pending task
+            # can be garbage-collected mid-await and its record would fail spuriously.
+            task = self._loop.create_task(self._bounded(work))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _bounded(self, work: Any) -> None:
         assert self._semaphore is not None

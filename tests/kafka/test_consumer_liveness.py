@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import pytest
 from prometheus_client import REGISTRY
 
 import keyshared
@@ -99,11 +98,6 @@ def test_handler_slower_than_max_poll_interval_keeps_membership(
     assert started[(slow, 2)] >= slow_end, "the slow key's next record overtook it"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (reported to the lead): ThreadWorkers has one queue per worker, so keys hashed "
-    "to a worker whose handler is stuck wait behind it",
-)
 def test_slow_key_does_not_hold_up_other_keys(kafka_bootstrap: str, new_topic, new_group) -> None:
     """Every other key finishes while one key's handler is stuck (SPEC: never held up)."""
     topic = new_topic(partitions=1)

@@ -1,0 +1,127 @@
+"""Settling successes in small groups without ever holding one behind a slow handler.
+
+Settling a success takes the dispatcher's lock (to free its key) and records its metrics; with
+fast handlers, doing that once per few dozen records instead of once per record is most of the
+throughput. The danger of batching is a success held back while its thread runs a slow or stuck
+handler: its key, and the commit cursor, would wait on an unrelated record. So a thread's
+pending successes are settled
+
+- when 32 have gathered,
+- before a handler starts if the oldest has waited over a millisecond,
+- when the thread runs out of work, and
+- by :meth:`SettlementBuffer.flush_stale`, which the poll loop calls several times a second,
+  for any thread whose pending successes are older than a millisecond (its thread is busy).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from keyshared.core.window import Entry
+from keyshared.kafka.partition import PartitionState
+from keyshared.metrics.batch import observe_many
+
+__all__ = ["SettlementBuffer"]
+
+Success = tuple[PartitionState, Entry[Any], float]  # state, entry, handler seconds
+
+_MAX_PENDING = 32
+_MAX_AGE = 1e-3  # seconds a success may wait to be settled while its thread is running
+
+
+class _Pending:
+    __slots__ = ("lock", "since", "successes")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.successes: list[Success] = []
+        self.since = 0.0
+
+
+class SettlementBuffer:
+    """Per-thread buffers of successes, settled through ``finish_many``.
+
+    :param finish_many: frees the keys of finished entries (the dispatcher's).
+    """
+
+    def __init__(self, finish_many: Callable[[list[tuple[PartitionState, Entry[Any]]]], None]):
+        self._finish_many = finish_many
+        self._local = threading.local()
+        self._all: list[_Pending] = []
+        self._all_lock = threading.Lock()
+
+    def _mine(self) -> _Pending:
+        pending: _Pending | None = getattr(self._local, "pending", None)
+        if pending is None:
+            pending = self._local.pending = _Pending()
+            with self._all_lock:
+                self._all.append(pending)
+        return pending
+
+    def add(self, state: PartitionState, entry: Entry[Any], elapsed: float) -> None:
+        """A success on this thread; settled now if enough have gathered."""
+        pending = self._mine()
+        with pending.lock:
+            if not pending.successes:
+                pending.since = time.monotonic()
+            pending.successes.append((state, entry, elapsed))
+            full = len(pending.successes) >= _MAX_PENDING
+        if full:
+            self._settle(pending)
+
+    def before_handler(self) -> None:
+        """Settle this thread's successes if they have waited too long already."""
+        pending = getattr(self._local, "pending", None)
+        if (
+            pending is not None
+            and pending.successes
+            and time.monotonic() - pending.since > _MAX_AGE
+        ):
+            self._settle(pending)
+
+    def flush_mine(self) -> None:
+        """This thread has no more work for now: settle everything it holds."""
+        pending = getattr(self._local, "pending", None)
+        if pending is not None and pending.successes:
+            self._settle(pending)
+
+    def flush_stale(self) -> None:
+        """Settle other threads' successes that waited too long (their thread is busy)."""
+        now = time.monotonic()
+        with self._all_lock:
+            stale = [p for p in self._all if p.successes and now - p.since > _MAX_AGE]
+        for pending in stale:
+            self._settle(pending)
+
+    def _settle(self, pending: _Pending) -> None:
+        with pending.lock:
+            successes, pending.successes = pending.successes, []
+        if not successes:
+            return
+        by_state: dict[int, list[Success]] = {}
+        for success in successes:
+            by_state.setdefault(id(success[0]), []).append(success)
+        now = time.time()
+        for group in by_state.values():
+            _account(group, now)
+        self._finish_many([(state, entry) for state, entry, _ in successes])
+
+
+def _account(successes: list[Success], now: float) -> None:
+    """The metrics of one partition's successes, recorded in bulk."""
+    state = successes[0][0]
+    metrics = state.metrics
+    metrics.processed.inc(len(successes))
+    observe_many(metrics.handler_seconds, [elapsed for _, _, elapsed in successes])
+    end_to_end = []
+    for _, entry, elapsed in successes:
+        msg = entry.payload
+        ts_type, ts = msg.timestamp()
+        if ts_type:
+            end_to_end.append(max(0.0, now - ts / 1000.0))
+        if not entry.offset & 7:  # sampled like the busiest-key sketch
+            state.slowest.add(msg.key() or b"", elapsed * 8)
+    observe_many(metrics.end_to_end_seconds, end_to_end)
