@@ -120,6 +120,18 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     help="Seconds to wait for in-flight records on revoke and shutdown.",
 )
 @click.option(
+    "--commit-interval",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    help="Seconds between asynchronous commits of the safe cursors.",
+)
+@click.option(
+    "--startup-timeout",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    help="Seconds to wait for the broker before failing with a clear error.",
+)
+@click.option(
     "-X",
     "properties",
     multiple=True,
@@ -144,6 +156,8 @@ def run(
     metrics_host: str,
     key_filters: tuple[str, ...],
     drain_timeout: float,
+    commit_interval: float,
+    startup_timeout: float,
     properties: tuple[str, ...],
     log_level: str,
 ) -> None:
@@ -177,6 +191,8 @@ def run(
             metrics_host=metrics_host,
             key_filters=key_filters,
             drain_timeout=drain_timeout,
+            commit_interval=commit_interval,
+            startup_timeout=startup_timeout,
         )
     except KeySharedError as exc:
         raise click.UsageError(str(exc)) from None

@@ -12,17 +12,17 @@ import inspect
 import itertools
 import logging
 import os
+import re
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from keyshared.core.poison import PoisonPolicy
-from keyshared.errors import ConfigurationError, UnreachableError
-from keyshared.kafka.client_config import client_properties
+from keyshared.errors import ConfigurationError, KeySharedError, UnreachableError
 from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.dlq import DeadLetterWriter
 from keyshared.kafka.execution import RecordExecutor
@@ -88,6 +88,13 @@ class KeySharedConsumer:
                 ) from None
         self.options = options
         self._config = build_kafka_config(config)
+        poll_interval_ms = int(self._config.get("max.poll.interval.ms", 300_000))
+        if options.drain_timeout * 1000 >= poll_interval_ms:
+            raise ConfigurationError(
+                "drain_timeout",
+                f"{options.drain_timeout:g}s must be shorter than max.poll.interval.ms "
+                f"({poll_interval_ms} ms): a revoke drains before the consumer polls again",
+            )
         if isinstance(topics, str):
             topics = [topics]
         self.topics = list(topics)
@@ -106,8 +113,11 @@ class KeySharedConsumer:
         )
         self._config.setdefault("client.id", self.member)
         self._stop = threading.Event()
-        self._started = threading.Event()
         self._loop: PollLoop | None = None
+        self._ran = False
+        # Built now so that a bad librdkafka property fails here, naming it, not in run().
+        self._consumer = _build_consumer(self._config, self._on_commit)
+        self._started = threading.Event()
         self._dispatcher: Dispatcher | None = None
         self._keystate: KeyStateStore | None = None
         self._metrics_server: MetricsServer | None = None
@@ -123,7 +133,16 @@ class KeySharedConsumer:
 
     def run(self) -> None:
         """Consume until :meth:`stop`; then drain in-flight records, commit, and close."""
-        self._check_reachable()
+        with self._bg_lock:
+            if self._ran:
+                raise KeySharedError("run() can be called once per KeySharedConsumer")
+            self._ran = True
+        try:
+            if not self._check_reachable():
+                return
+        except BaseException:
+            self._consumer.close()
+            raise
         options = self.options
         metrics = ConsumerMetrics(self.group, self.member)
         metrics.set_workers(options.workers)
@@ -169,13 +188,7 @@ class KeySharedConsumer:
         )
         if isinstance(runner, PullQueue):
             runner.executor = executor[0]
-        loop: list[PollLoop] = []
-        consumer = Consumer(
-            {
-                **self._config,
-                "on_commit": lambda err, parts: loop[0].committer.on_commit(err, parts),
-            }
-        )
+        consumer = self._consumer
         self._loop = PollLoop(
             consumer,
             self.topics,
@@ -187,7 +200,6 @@ class KeySharedConsumer:
             worker_depths=lambda: [runner.depth(w) for w in range(runner.count)],
             nudge_workers=lambda: self._nudge(runner, executor[0]),
         )
-        loop.append(self._loop)
         if options.metrics_port is not None:
             self._metrics_server = start_metrics_server(
                 options.metrics_port,
@@ -337,19 +349,47 @@ class KeySharedConsumer:
                 return
         self._release_local(topic, partition, key, retry=False)
 
-    def _check_reachable(self) -> None:
-        """Fail clearly and within a bound if the broker does not answer or a topic is missing."""
-        admin = AdminClient(client_properties(self._config))
+    def _check_reachable(self) -> bool:
+        """Fail clearly and within a bound if the broker does not answer or a topic is missing.
+
+        Asks in one-second slices so that :meth:`stop` during startup is honoured at once;
+        returns False when stopped before the broker answered.
+        """
         timeout = self.options.startup_timeout
-        try:
-            metadata = admin.list_topics(timeout=timeout)
-        except KafkaException as exc:
-            raise UnreachableError(
-                f"Kafka at {self._config['bootstrap.servers']} did not answer within {timeout:g}s "
-                f"({exc.args[0] if exc.args else exc}); is the broker running and reachable?"
-            ) from None
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._stop.is_set():
+                return False
+            try:
+                metadata = self._consumer.list_topics(
+                    timeout=max(0.1, min(1.0, deadline - time.monotonic()))
+                )
+                break
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    raise UnreachableError(
+                        f"Kafka at {self._config['bootstrap.servers']} did not answer within "
+                        f"{timeout:g}s ({exc.args[0] if exc.args else exc}); is the broker "
+                        "running and reachable?"
+                    ) from None
         missing = [t for t in self.topics if not t.startswith("^") and t not in metadata.topics]
         if missing:
             raise ConfigurationError(
                 "topics", f"topic(s) not found on the broker: {', '.join(missing)}"
             )
+        return True
+
+    def _on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
+        if self._loop is not None:
+            self._loop.committer.on_commit(err, partitions)
+
+
+def _build_consumer(config: dict[str, Any], on_commit: Callable[..., None]) -> Any:
+    """The confluent-kafka consumer, or a ConfigurationError naming the bad property."""
+    try:
+        return Consumer({**config, "on_commit": on_commit})
+    except (KafkaException, ValueError, TypeError) as exc:
+        message = str(exc.args[0] if exc.args else exc)
+        quoted = re.search(r'"([^"]+)"', message)
+        prop = quoted.group(1) if quoted else "config"
+        raise ConfigurationError(prop, message) from None

@@ -21,7 +21,7 @@ from keyshared.core.offsets import decode_finished
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.keystate import KeyStateStore
-from keyshared.kafka.partition import PartitionState
+from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.metrics import ConsumerMetrics
 from keyshared.settings import ConsumerOptions
 
@@ -200,6 +200,7 @@ class PollLoop:
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self._metrics.rebalance("assigned")
+        stopping = self._stop.is_set()
         if not partitions:
             return
         committed = consumer.committed(partitions, timeout=self._options.startup_timeout)
@@ -221,6 +222,7 @@ class PollLoop:
                 committed_metadata=metadata,
                 already_done=done,
                 parked=set(parked.get(key, ())),
+                phase=Phase.DRAINING if stopping else Phase.ACTIVE,  # assigned mid-shutdown
             )
         log.info("assigned %s", ", ".join(_describe(tp, done_count=None) for tp in committed))
 
@@ -277,10 +279,63 @@ class PollLoop:
         self._metrics.set_paused_partitions(len(self._paused))
 
     def _shutdown(self) -> None:
+        """Drain and commit while still serving the group, then let the partitions go.
+
+        The loop keeps calling ``consume`` (with every partition paused) until the in-flight
+        records finished and the final commit went through: a rebalance that is under way when
+        the stop comes then completes, instead of making the last commit fail with a stale
+        generation and the next owner redo finished work.
+        """
         states = list(self.states.values())
+        if not states:
+            return
+        self._dispatcher.stop_dispatching(states)
+        started = time.monotonic()
+        deadline = started + self._options.drain_timeout
+        drained = False
+        while True:
+            self._pause_everything()
+            live = list(self.states.values())  # a revoke meanwhile drains and commits its own
+            drained = self._dispatcher.wait_drained(live, 0.05)
+            if drained or time.monotonic() >= deadline:
+                break
+            self._serve_group()
+        elapsed = time.monotonic() - started
+        self._metrics.drain(elapsed, not drained)
+        if not drained:
+            log.warning(
+                "shutdown: drain timed out after %.1fs; records still running may be processed "
+                "again by the next owner",
+                elapsed,
+            )
+        while True:
+            live = list(self.states.values())
+            self._dispatcher.stop_dispatching(live)  # partitions assigned during the stop
+            self._observe_positions_for(live)
+            if self._committer.commit_sync(live) or time.monotonic() >= deadline:
+                break
+            log.info("shutdown: retrying the final commit once the group settles")
+            self._serve_group()
         self.states = {}
-        if states:
-            self._drain_and_commit(states, reason="shutdown")
+        self._dispatcher.remove(live)
+        self._forget(live)
+        log.info("shutdown: released %s after %.3fs", ", ".join(map(str, live)), elapsed)
+
+    def _pause_everything(self) -> None:
+        try:
+            assignment = self._consumer.assignment()
+            if assignment:
+                self._consumer.pause(assignment)
+        except KafkaException as exc:
+            log.debug("pause during shutdown failed: %s", exc)
+
+    def _serve_group(self) -> None:
+        """Let librdkafka serve rebalances and callbacks; records it returns are not admitted
+        (every state is draining) and will be redelivered from the committed cursor."""
+        for msg in self._consumer.consume(100, 0.1):
+            err = msg.error()
+            if err is not None and err.fatal():
+                raise KafkaException(err)
 
 
 def _describe(tp: TopicPartition, done_count: int | None) -> str:

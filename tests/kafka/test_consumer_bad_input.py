@@ -67,11 +67,6 @@ def test_invalid_configuration_names_the_option(
     assert option in str(caught.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (reported to the lead): librdkafka properties are only checked when run() "
-    "builds the confluent Consumer",
-)
 @pytest.mark.parametrize(
     ("prop", "value"),
     [("no.such.property", "1"), ("session.timeout.ms", "not-a-number")],

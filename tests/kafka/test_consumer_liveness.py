@@ -74,7 +74,12 @@ def test_handler_slower_than_max_poll_interval_keeps_membership(
             finished[rid] = time.monotonic()
 
     consumer = keyshared.KeySharedConsumer(
-        _config(kafka_bootstrap, group), [topic], handle, workers=8, poison="drop"
+        _config(kafka_bootstrap, group),
+        [topic],
+        handle,
+        workers=8,
+        poison="drop",
+        drain_timeout=5.0,  # shorter than max.poll.interval.ms, as keyshared requires
     )
     with _running(consumer):
         wait_for(lambda: (slow, 1) in started, 30, "the slow record to start")
@@ -116,7 +121,12 @@ def test_slow_key_does_not_hold_up_other_keys(kafka_bootstrap: str, new_topic, n
             finished.add((record.key, int(record.value)))
 
     consumer = keyshared.KeySharedConsumer(
-        _config(kafka_bootstrap, group), [topic], handle, workers=4, poison="drop"
+        _config(kafka_bootstrap, group),
+        [topic],
+        handle,
+        workers=4,
+        poison="drop",
+        drain_timeout=5.0,
     )
     with _running(consumer):
         expected = 3 * len(others)

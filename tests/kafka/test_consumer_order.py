@@ -122,11 +122,6 @@ def _join_and_leave(
     wait_committed_to_end(bootstrap, group, topic)
 
 
-@pytest.mark.xfail(
-    strict=False,  # a race with the rejoin: failed 4 runs in 4 (and 7 in 8 without the drain)
-    reason="bug (reported to the lead): PollLoop._shutdown commits after the loop stopped "
-    "serving the group; mid-rebalance the commit fails with ILLEGAL_GENERATION and is not retried",
-)
 def test_stop_during_a_rebalance_commits_what_it_finished(
     kafka_bootstrap: str, new_topic, new_group
 ) -> None:

@@ -141,11 +141,6 @@ def test_run_drains_and_commits_on_sigterm(
     assert "draining" in log.read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (reported to the lead): the KafkaException from building the confluent "
-    "Consumer in run() escapes as a traceback",
-)
 def test_bad_librdkafka_property_is_a_clear_error(kafka_bootstrap: str, new_topic) -> None:
     topic = new_topic(partitions=1)
     result = _cli(
