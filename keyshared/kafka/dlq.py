@@ -182,12 +182,14 @@ class DeadLetterWriter:
         self._closing.set()
         self._inbox.put(None)
         self._thread.join(timeout + 1.0)
-        if self._thread.is_alive():
+        if self._thread.is_alive() or len(self._producer):
             log.warning(
                 "DLQ writer did not finish within %.1fs; unacknowledged dead letters "
                 "will be redelivered from their source partitions",
                 timeout,
             )
+        else:
+            self._producer.close()  # nothing left to write: disconnect now, not at GC
 
     # -- the writer thread ---------------------------------------------------------------------
 
