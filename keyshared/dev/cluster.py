@@ -99,8 +99,8 @@ class LocalCluster:
         self.state_file = self.runtime_dir / "cluster.json"
         self._jar_cache = jar_cache
         self._stop_timeout = stop_timeout
-        self._kafka_files = kafka.KafkaFiles.in_runtime(self.runtime_dir)
-        self._zk_files = zookeeper.ZooKeeperFiles.in_runtime(self.runtime_dir)
+        self._kafka_files = kafka.kafka_files(self.runtime_dir)
+        self._zk_files = zookeeper.zookeeper_files(self.runtime_dir)
         self._state_lock = threading.Lock()
         self._launcher = ServerLauncher(
             self._kafka_files,

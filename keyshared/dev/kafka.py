@@ -11,7 +11,6 @@ import logging
 import subprocess
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +18,20 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from keyshared.dev.errors import StartupError
+from keyshared.dev.files import ServerFiles
 from keyshared.dev.jars import classpath
 from keyshared.dev.logconfig import write_log4j2_config
 from keyshared.dev.ports import LOOPBACK, accepts_connections
+
+KafkaFiles = ServerFiles  # the layout is shared; the alias keeps signatures readable
 
 __all__ = [
     "KafkaFiles",
     "answers_metadata",
     "broker_settings",
     "format_storage",
+    "is_formatted",
+    "kafka_files",
     "server_command",
     "write_config",
 ]
@@ -39,38 +43,14 @@ _probe_logger.addHandler(logging.NullHandler())
 _probe_logger.propagate = False
 
 
-@dataclass(frozen=True)
-class KafkaFiles:
-    """Where the broker's files live inside a runtime folder."""
+def kafka_files(runtime_dir: Path) -> KafkaFiles:
+    """Where this server's files live inside ``runtime_dir``."""
+    return ServerFiles.in_runtime(runtime_dir, "kafka", "server.properties")
 
-    home: Path
-    config: Path
-    log4j_config: Path
-    data: Path
-    log_file: Path
-    console_file: Path
 
-    @classmethod
-    def in_runtime(cls, runtime_dir: Path) -> KafkaFiles:
-        home = runtime_dir / "kafka"
-        return cls(
-            home=home,
-            config=home / "server.properties",
-            log4j_config=home / "log4j2.properties",
-            data=home / "data",
-            log_file=runtime_dir / "logs" / "kafka.log",
-            console_file=runtime_dir / "logs" / "kafka.out",
-        )
-
-    @property
-    def marker(self) -> str:
-        """The config path: on the JVM's command line, it identifies this runtime's broker."""
-        return str(self.config)
-
-    @property
-    def formatted(self) -> bool:
-        """Whether KRaft storage exists (StorageTool writes meta.properties into the log dir)."""
-        return (self.data / "meta.properties").is_file()
+def is_formatted(files: KafkaFiles) -> bool:
+    """Whether KRaft storage exists (StorageTool writes meta.properties into the log dir)."""
+    return (files.data / "meta.properties").is_file()
 
 
 def broker_settings(files: KafkaFiles, broker_port: int, controller_port: int) -> dict[str, str]:
@@ -157,7 +137,7 @@ def format_storage(java: str, jars_dir: Path, files: KafkaFiles) -> None:
         "--config", str(files.config),
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    if result.returncode != 0 or not files.formatted:
+    if result.returncode != 0 or not is_formatted(files):
         output = (result.stdout + result.stderr).strip()[-2000:]
         raise StartupError(
             f"formatting Kafka storage in {files.data} failed (exit {result.returncode}):\n"

@@ -87,7 +87,7 @@ class ServerLauncher:
         files = self._kafka_files
         java, jars = find_java(), fetch_jars(self._jar_cache)
         kafka.write_config(files, record.port, record.controller_port, self._kafka_overrides)
-        if not files.formatted:
+        if not kafka.is_formatted(files):
             log.info("formatting KRaft storage in %s", files.data)
             kafka.format_storage(java, jars, files)
         if abort.is_set():

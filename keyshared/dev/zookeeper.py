@@ -9,43 +9,28 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 
+from keyshared.dev.files import ServerFiles
 from keyshared.dev.jars import classpath
 from keyshared.dev.logconfig import write_log4j2_config
 from keyshared.dev.ports import LOOPBACK
 
-__all__ = ["ZooKeeperFiles", "answers_ruok", "server_command", "server_settings", "write_config"]
+ZooKeeperFiles = ServerFiles  # the layout is shared; the alias keeps signatures readable
+
+__all__ = [
+    "ZooKeeperFiles",
+    "answers_ruok",
+    "server_command",
+    "server_settings",
+    "write_config",
+    "zookeeper_files",
+]
 
 
-@dataclass(frozen=True)
-class ZooKeeperFiles:
-    """Where the server's files live inside a runtime folder."""
-
-    home: Path
-    config: Path
-    log4j_config: Path
-    data: Path
-    log_file: Path
-    console_file: Path
-
-    @classmethod
-    def in_runtime(cls, runtime_dir: Path) -> ZooKeeperFiles:
-        home = runtime_dir / "zookeeper"
-        return cls(
-            home=home,
-            config=home / "zoo.cfg",
-            log4j_config=home / "log4j2.properties",
-            data=home / "data",
-            log_file=runtime_dir / "logs" / "zookeeper.log",
-            console_file=runtime_dir / "logs" / "zookeeper.out",
-        )
-
-    @property
-    def marker(self) -> str:
-        """The config path: on the JVM's command line, it identifies this runtime's server."""
-        return str(self.config)
+def zookeeper_files(runtime_dir: Path) -> ZooKeeperFiles:
+    """Where this server's files live inside ``runtime_dir``."""
+    return ServerFiles.in_runtime(runtime_dir, "zookeeper", "zoo.cfg")
 
 
 def server_settings(files: ZooKeeperFiles, port: int) -> dict[str, str]:
