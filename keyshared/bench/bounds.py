@@ -3,8 +3,9 @@
 - ``W/L``: ``workers`` handlers of ``L`` seconds each can finish at most W/L records a second.
 - The measured ``L``: ``time.sleep(L)`` overshoots by tens of microseconds on a loaded machine,
   so the bound is also given with the handler time measured here, in this run.
-- The ring's balance: keyshared sends each key to the worker the consistent-hash ring picks, so
-  the busiest worker, not the average one, sets the pace once every worker has a queue.
+- The ring's balance: keyshared queues each key's records for the worker the consistent-hash
+  ring picks; without work stealing the busiest worker would set the pace. Reported to show
+  what stealing recovers.
 """
 
 from __future__ import annotations
