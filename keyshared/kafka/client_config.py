@@ -28,6 +28,15 @@ _CLIENT_PREFIXES = (
 )
 
 
+# Callbacks every client type accepts; a client beside the consumer must authenticate (OAuth)
+# and report errors and logs the same way. Consumer-only ones (on_commit...) are left out.
+_CLIENT_CALLBACKS = ("oauth_cb", "error_cb", "throttle_cb", "logger")
+
+
 def client_properties(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Connection, security and identity properties; no callbacks, no consumer settings."""
-    return {k: v for k, v in config.items() if k.startswith(_CLIENT_PREFIXES) and not callable(v)}
+    """Connection, security and identity properties and shared callbacks; nothing consumer-only."""
+    return {
+        k: v
+        for k, v in config.items()
+        if (k.startswith(_CLIENT_PREFIXES) and not callable(v)) or k in _CLIENT_CALLBACKS
+    }

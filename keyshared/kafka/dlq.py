@@ -176,8 +176,10 @@ class DeadLetterWriter:
         """Write what is queued, wait up to ``timeout`` seconds for acks, stop the thread.
 
         Letters not acknowledged by then (or held by a failing DLQ) are abandoned: their source
-        records are not done, so they are redelivered to the partition's next owner.
+        records are not done, so they are redelivered to the partition's next owner. Idempotent.
         """
+        if self._closing.is_set():
+            return
         self._close_deadline = time.monotonic() + timeout
         self._closing.set()
         self._inbox.put(None)

@@ -101,11 +101,15 @@ class KeyStateStore:
         self._reader.start(live_from=self._end.offset(timeout))
 
     def close(self, timeout: float = 10.0) -> None:
-        """Wait up to ``timeout`` for outstanding writes, then stop both threads."""
-        self._producer.flush(timeout)
+        """Wait up to ``timeout`` for outstanding writes, then stop both threads. Idempotent."""
+        if self._closed.is_set():
+            return
+        unsent = self._producer.flush(timeout)
         self._closed.set()
         self._reader.close(timeout)
         self._serve_thread.join(timeout)
+        if unsent == 0 and not self._serve_thread.is_alive():
+            self._producer.close()  # disconnect now, not at garbage collection
         self._end.close()
 
     # -- reads ---------------------------------------------------------------------------------
