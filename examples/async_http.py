@@ -29,7 +29,6 @@ from confluent_kafka.cimpl import NewTopic
 import keyshared
 
 REPLY_DELAY_S = 0.020
-_pinned: set[asyncio.Task[object] | None] = set()
 
 
 class PricingService:
@@ -111,14 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         request = json.loads(record.value)
         if request["run"] != run_id:
             return  # a request of an earlier run
-        # Workaround, remove once keyshared's AsyncRunner keeps references to its tasks: asyncio
-        # holds tasks weakly, and an unreferenced task can be garbage-collected mid-await.
-        task = asyncio.current_task()
-        _pinned.add(task)
-        try:
-            quote = await http_get_json(service.port, f"/price?sku={request['sku']}")
-        finally:
-            _pinned.discard(task)
+        quote = await http_get_json(service.port, f"/price?sku={request['sku']}")
         answered.append(int(str(quote["cents"])))
         if len(answered) >= args.requests:
             done.set()
