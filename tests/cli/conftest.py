@@ -8,7 +8,6 @@ purpose, such as a cursor left on a transaction marker, by a plain commit).
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -24,33 +23,10 @@ from keyshared import KeySharedConsumer, Record, RetryPolicy
 from keyshared.dev.testing import GroupFactory, create_topic, delete_topics
 from keyshared.kafka.keystate import topic_for
 from keyshared.ops import GroupReader
+from tests.kafka.support.inprocess import Running
 
 WAIT = 60.0
 FAST_RETRY = RetryPolicy(max_attempts=2, initial_backoff=0.05, jitter=0.0)
-
-
-class Running:
-    """``KeySharedConsumer.run()`` on a thread; :meth:`stop` drains, commits and re-raises."""
-
-    def __init__(self, consumer: KeySharedConsumer) -> None:
-        self.consumer = consumer
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="test-consumer", daemon=True)
-        self._thread.start()
-        assert consumer.wait_started(WAIT), "the consumer did not start"
-
-    def _run(self) -> None:
-        try:
-            self.consumer.run()
-        except BaseException as exc:
-            self.error = exc
-
-    def stop(self) -> None:
-        self.consumer.stop()
-        self._thread.join(WAIT)
-        assert not self._thread.is_alive(), "the consumer did not stop"
-        if self.error is not None:
-            raise self.error
 
 
 StartConsumer = Callable[..., Running]

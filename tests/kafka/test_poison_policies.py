@@ -25,6 +25,7 @@ from keyshared.dev.testing import GroupFactory, TopicFactory, create_topic, dele
 from keyshared.kafka.dlq import DlqHeader
 from keyshared.kafka.keystate import KeyStateStore, topic_for
 from keyshared.kafka.scheduler import Scheduler
+from tests.kafka.support.inprocess import Running
 
 pytestmark = pytest.mark.integration
 
@@ -67,30 +68,6 @@ class Handler:
     def attempts_of(self, offset: int) -> list[tuple[int, float]]:
         with self._cond:
             return [(attempt, t) for _, _, o, attempt, t in self.calls if o == offset]
-
-
-class Running:
-    """A consumer's ``run()`` on a thread; :meth:`stop` drains, commits and re-raises."""
-
-    def __init__(self, consumer: KeySharedConsumer) -> None:
-        self.consumer = consumer
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="test-consumer", daemon=True)
-        self._thread.start()
-        assert consumer.wait_started(WAIT), "the consumer did not start"
-
-    def _run(self) -> None:
-        try:
-            self.consumer.run()
-        except BaseException as exc:
-            self.error = exc
-
-    def stop(self) -> None:
-        self.consumer.stop()
-        self._thread.join(WAIT)
-        assert not self._thread.is_alive(), "the consumer did not stop"
-        if self.error is not None:
-            raise self.error
 
 
 @pytest.fixture

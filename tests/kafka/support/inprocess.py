@@ -43,6 +43,31 @@ def running(consumer: keyshared.KeySharedConsumer, stop_timeout: float = 60.0) -
     assert not errors, f"run() failed: {errors[0]!r}"
 
 
+class Running:
+    """``consumer.run()`` on a thread of the test; :meth:`stop` drains, commits and re-raises."""
+
+    def __init__(self, consumer: keyshared.KeySharedConsumer, wait: float = 60.0) -> None:
+        self.consumer = consumer
+        self.error: BaseException | None = None
+        self._wait = wait
+        self._thread = threading.Thread(target=self._run, name="test-consumer", daemon=True)
+        self._thread.start()
+        assert consumer.wait_started(wait), "the consumer did not start"
+
+    def _run(self) -> None:
+        try:
+            self.consumer.run()
+        except BaseException as exc:
+            self.error = exc
+
+    def stop(self) -> None:
+        self.consumer.stop()
+        self._thread.join(self._wait)
+        assert not self._thread.is_alive(), "the consumer did not stop"
+        if self.error is not None:
+            raise self.error
+
+
 class Recorder:
     """A handler that journals ``S``/``E`` events; the value is the per-key sequence number."""
 
