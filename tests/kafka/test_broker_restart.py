@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from keyshared.dev import LocalCluster
-from tests.kafka.inprocess import (
+from tests.kafka.support.group_journal import (
     GroupJournal,
     committed_and_ends,
     journaled_member,
     produce_paced,
-    wait_for,
 )
+from tests.kafka.support.journal import wait_for
 
 RECORDS = 4000
 KEYS = 200

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.kafka.inprocess import (
+from tests.kafka.support.group_journal import (
     GroupJournal,
     committed_and_ends,
     journaled_member,
     produce_paced,
-    wait_for,
 )
+from tests.kafka.support.journal import wait_for
 
 RECORDS = 6000
 KEYS = 300
@@ -38,11 +38,14 @@ def test_handover_keeps_per_key_order(
 ) -> None:
     topic = new_topic(partitions=PARTITIONS)
     group = new_group()
-    producing = threading.Thread(
-        target=produce_paced, args=(kafka_bootstrap, topic, RECORDS, KEYS), daemon=True
-    )
+    journal = GroupJournal()
+    enough = threading.Event()  # traffic flows until the hand-overs under test have happened
+
+    def produce() -> None:
+        journal.expect(produce_paced(kafka_bootstrap, topic, RECORDS, KEYS, until=enough))
+
+    producing = threading.Thread(target=produce, daemon=True)
     producing.start()
-    journal = GroupJournal(RECORDS)
     extra = PROTOCOLS[protocol]
     first = journaled_member("first", kafka_bootstrap, topic, group, journal, extra)
     second = journaled_member("second", kafka_bootstrap, topic, group, journal, extra)
@@ -54,10 +57,11 @@ def test_handover_keeps_per_key_order(
     first.stop()
     threads[0].join(60)
     assert not threads[0].is_alive(), "the first member did not stop"
-    assert journal.all_done.wait(90), f"only {journal.count()} of {RECORDS} processed"
+    enough.set()
+    producing.join(60)
+    assert journal.all_done.wait(90), f"only {journal.count()} of {journal.expected} processed"
     second.stop()
     threads[1].join(60)
-    producing.join(30)
 
     assert journal.violations == []
     assert journal.by_member["first"] > 0 and journal.by_member["second"] > 0
