@@ -1,4 +1,4 @@
-"""In-process group tests: paced sequenced production, members in threads, one shared journal.
+"""Group tests in one process: paced sequenced production, members in threads, one journal.
 
 Every record's value is its per-key sequence number. The journal is shared by all members of
 the test's group, so at every handler start it can check the group-wide guarantee: no other
@@ -11,7 +11,6 @@ import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -22,7 +21,7 @@ import keyshared
 class GroupJournal:
     """Thread-safe per-key bookkeeping shared by every member of the test's group."""
 
-    def __init__(self, expected: int) -> None:
+    def __init__(self, expected: float = float("inf")) -> None:
         self.expected = expected
         self.lock = threading.Lock()
         self.running: dict[bytes, int] = {}
@@ -55,20 +54,40 @@ class GroupJournal:
             if len(self.processed) >= self.expected:
                 self.all_done.set()
 
+    def expect(self, total: int) -> None:
+        """The number of records produced, once production is over."""
+        with self.lock:
+            self.expected = total
+            if len(self.processed) >= total:
+                self.all_done.set()
+
     def count(self) -> int:
         with self.lock:
             return len(self.processed)
 
 
 def produce_paced(
-    bootstrap: str, topic: str, records: int, keys: int, per_second: int = 1000
-) -> None:
-    """Produce ``records`` sequenced records at a steady pace (idempotent: no source reorder)."""
+    bootstrap: str,
+    topic: str,
+    records: int,
+    keys: int,
+    per_second: int = 1000,
+    until: threading.Event | None = None,
+) -> int:
+    """Produce sequenced records at a steady pace (idempotent: no source reorder).
+
+    Produces ``records``, and with ``until`` goes on (up to 10x as many) until it is set, so a
+    test can keep traffic flowing until the moment it needs has come. Returns the count.
+    """
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     rng = random.Random(7)
     seqs: dict[bytes, int] = defaultdict(int)
     started = time.monotonic()
-    for i in range(records):
+    produced = 0
+    for i in range(records * (10 if until is not None else 1)):
+        if until is not None and i >= records and until.is_set():
+            break
+        produced += 1
         key = b"key-%d" % rng.randrange(keys)
         seqs[key] += 1
         producer.produce(topic, key=key, value=str(seqs[key]).encode())
@@ -78,6 +97,7 @@ def produce_paced(
             if ahead > 0:
                 time.sleep(ahead)  # pacing the load, not synchronisation
     assert producer.flush(60) == 0
+    return produced
 
 
 def journaled_member(
@@ -102,14 +122,6 @@ def journaled_member(
     options.setdefault("poison", "drop")
     options.setdefault("drain_timeout", 20.0)
     return keyshared.KeySharedConsumer(config, [topic], handle, **options)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll a condition until it holds; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def committed_and_ends(
