@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from keyshared.core.hotkeys import SpaceSaving
+from keyshared.metrics.server import key_text
 
 if TYPE_CHECKING:
     from keyshared.kafka.poll_loop import PollLoop
@@ -17,12 +18,9 @@ __all__ = ["hot_keys_report", "render_key"]
 
 
 def render_key(key: bytes | None) -> str:
-    if key is None:
-        return "<null>"
-    try:
-        return key.decode("utf-8")
-    except UnicodeDecodeError:
-        return "0x" + key.hex()
+    """A key for people (see :func:`keyshared.metrics.key_text`); ``<null>`` for no key."""
+    text = key_text(key)
+    return "<null>" if text is None else text
 
 
 def _top(sketch: SpaceSaving, n: int) -> list[dict[str, object]]:
