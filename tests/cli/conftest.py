@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -19,40 +18,17 @@ from click.testing import CliRunner, Result
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from keyshared import KeySharedConsumer, Record, RetryPolicy
 from keyshared.dev.testing import GroupFactory, create_topic, delete_topics
 from keyshared.kafka.keystate import topic_for
 from keyshared.ops import GroupReader
-from tests.kafka.support.inprocess import Running
+from tests.kafka.support.inprocess import StartConsumer, consumers_for
 
 WAIT = 60.0
-FAST_RETRY = RetryPolicy(max_attempts=2, initial_backoff=0.05, jitter=0.0)
-
-
-StartConsumer = Callable[..., Running]
 
 
 @pytest.fixture
 def start(kafka_bootstrap: str) -> Iterator[StartConsumer]:
-    """``start(group, topic, handler, **options) -> Running``; stopped after the test."""
-    running: list[Running] = []
-
-    def make(group: str, topic: str, handler: Callable[[Record], Any], **options: Any) -> Running:
-        config = {
-            "bootstrap.servers": kafka_bootstrap,
-            "group.id": group,
-            "client.id": f"m-{uuid.uuid4().hex[:8]}",
-        }
-        options = {"workers": 4, "commit_interval": 0.1, "retry": FAST_RETRY, **options}
-        run = Running(KeySharedConsumer(config, [topic], handler, **options))
-        running.append(run)
-        return run
-
-    yield make
-    for run in running:
-        run.consumer.stop()
-    for run in running:
-        run._thread.join(WAIT)
+    yield from consumers_for(kafka_bootstrap, WAIT)
 
 
 @pytest.fixture

@@ -20,12 +20,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 
-from keyshared import KeySharedConsumer, Record, RetryPolicy
+from keyshared import Record, RetryPolicy
 from keyshared.dev.testing import GroupFactory, TopicFactory, create_topic, delete_topics
 from keyshared.kafka.dlq import DlqHeader
 from keyshared.kafka.keystate import KeyStateStore, topic_for
 from keyshared.kafka.scheduler import Scheduler
-from tests.kafka.support.inprocess import Running
+from tests.kafka.support.inprocess import Running, consumers_for
 
 pytestmark = pytest.mark.integration
 
@@ -72,21 +72,7 @@ class Handler:
 
 @pytest.fixture
 def start(kafka_bootstrap: str) -> Iterator[Callable[..., Running]]:
-    running: list[Running] = []
-
-    def make(group: str, topic: str, handler: Handler, member: str = "", **options: Any) -> Running:
-        config = {"bootstrap.servers": kafka_bootstrap, "group.id": group,
-                  "client.id": member or f"m-{uuid.uuid4().hex[:8]}"}  # fmt: skip
-        options = {"workers": 4, "commit_interval": 0.1, "retry": FAST_RETRY, **options}
-        run = Running(KeySharedConsumer(config, [topic], handler, **options))
-        running.append(run)
-        return run
-
-    yield make
-    for run in running:
-        run.consumer.stop()
-    for run in running:
-        run._thread.join(WAIT)
+    yield from consumers_for(kafka_bootstrap, WAIT, FAST_RETRY)
 
 
 @pytest.fixture

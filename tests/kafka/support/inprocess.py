@@ -10,8 +10,10 @@ import asyncio
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import keyshared
 from tests.kafka.support.journal import Event
@@ -60,12 +62,49 @@ class Running:
         except BaseException as exc:
             self.error = exc
 
+    def join(self) -> None:
+        self._thread.join(self._wait)
+
     def stop(self) -> None:
         self.consumer.stop()
-        self._thread.join(self._wait)
+        self.join()
         assert not self._thread.is_alive(), "the consumer did not stop"
         if self.error is not None:
             raise self.error
+
+
+StartConsumer = Callable[..., Running]
+FAST_RETRY = keyshared.RetryPolicy(max_attempts=2, initial_backoff=0.05, jitter=0.0)
+
+
+def consumers_for(
+    bootstrap: str, wait: float = 60.0, retry: keyshared.RetryPolicy = FAST_RETRY
+) -> Iterator[StartConsumer]:
+    """Body of a ``start`` fixture: ``start(group, topic, handler, member="", **options)``.
+
+    Consumers get fast commits and retries unless the test says otherwise; every consumer
+    started is stopped (drain, commit) when the test ends.
+    """
+    started: list[Running] = []
+
+    def start(
+        group: str, topic: str, handler: Callable[..., object], member: str = "", **options: Any
+    ) -> Running:
+        config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": member or f"m-{uuid.uuid4().hex[:8]}",
+        }
+        options = {"workers": 4, "commit_interval": 0.1, "retry": retry, **options}
+        run = Running(keyshared.KeySharedConsumer(config, [topic], handler, **options), wait)
+        started.append(run)
+        return run
+
+    yield start
+    for run in started:
+        run.consumer.stop()
+    for run in started:
+        run.join()
 
 
 class Recorder:
