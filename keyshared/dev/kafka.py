@@ -180,5 +180,12 @@ def answers_metadata(bootstrap_servers: str, port: int, timeout: float) -> bool:
 
 
 def _new_cluster_id() -> str:
-    """A Kafka `Uuid` string: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka `Uuid` string: 16 random bytes, URL-safe base64 without padding.
+
+    Like Kafka's own `Uuid.randomUuid()`, never one that starts with a dash: the storage
+    tool's argument parser would read such an id as an option (1 start in 64 failed CI so).
+    """
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
