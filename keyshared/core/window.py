@@ -149,7 +149,16 @@ class InFlightWindow(Generic[P]):
                     queue.append(entry)
                 return None
             queues[key] = None
-        return self._try_start(entry)
+        # _try_start, inlined: this is the path of nearly every record
+        load = self._worker_load.get(worker, 0)
+        if load >= self.per_worker_capacity:
+            self._worker_backlog.setdefault(worker, deque()).append(entry)
+            self._backlogged += 1
+            return None
+        entry.in_flight = True
+        self._in_flight += 1
+        self._worker_load[worker] = load + 1
+        return entry
 
     def admit_finished(self, offset: int) -> None:
         """Take a received record that needs no processing (filtered out): done on arrival."""

@@ -81,14 +81,17 @@ class Dispatcher:
         now = time.monotonic()
         metrics = state.metrics
         accepts = self._filter.accepts if self._filter is not None else None
+        serial = self._serial
+        unordered_nulls = not self._options.null_keys_ordered
+        cache = self._worker_cache
         ready: dict[int, list[Work]] = {}
-        skipped = 0
+        started = skipped = 0
         with self.lock:
             if state.phase is not Phase.ACTIVE:
                 return
+            window = state.window
             for msg in messages:
                 offset = msg.offset()
-                window = state.window
                 if window is None:
                     window = state.window = self.new_window(state, offset)
                 key = msg.key()
@@ -98,19 +101,26 @@ class Dispatcher:
                     window.admit_finished(offset)
                     metrics.filtered.inc()
                     continue
-                if self._serial:
+                if serial:
                     lane_key: bytes | None = None
                     worker = state.partition % self._workers
-                elif key is None and not self._options.null_keys_ordered:
+                elif key is None and unordered_nulls:
                     lane_key, worker = None, next(self._round_robin)
                 else:
-                    lane_key, worker = key, self._worker_for(key or b"")
+                    lane_key = key
+                    cached = cache.get(key or b"")
+                    worker = self._worker_for(key or b"") if cached is None else cached
                 entry = window.admit(offset, lane_key, worker, msg, now)
                 if entry is not None:
-                    state.running += 1
-                    ready.setdefault(worker, []).append((state, entry))
+                    started += 1
+                    works = ready.get(worker)
+                    if works is None:
+                        ready[worker] = [(state, entry)]
+                    else:
+                        works.append((state, entry))
                 elif window.get(offset) is None:
                     skipped += 1
+            state.running += started
             for worker, works in ready.items():
                 self._submit(worker, works)
         metrics.received.inc(len(messages))
@@ -133,22 +143,35 @@ class Dispatcher:
         """The entry reached a terminal outcome: free its key, dispatch what that releases."""
         self.finish_many([(state, entry)])
 
-    def finish_many(self, works: list[Work]) -> None:
-        """Settle several finished entries under one lock acquisition."""
+    def finish_many(self, works: list[Work], *, wait: bool = True) -> bool:
+        """Settle several finished entries under one lock acquisition.
+
+        With ``wait=False`` nothing happens and False is returned when the lock is busy: a
+        worker with more records to run is better off running them than queueing on the lock
+        (and handing the GIL around) while the poll thread admits a batch.
+        """
+        if not self.lock.acquire(blocking=wait):
+            return False
+        try:
+            self._finish_locked(works)
+        finally:
+            self.lock.release()
+        return True
+
+    def _finish_locked(self, works: list[Work]) -> None:
         ready: dict[int, list[Work]] = {}
-        with self.lock:
-            for state, entry in works:
-                state.running -= 1
-                if state.phase is not Phase.ACTIVE or state.window is None:
-                    if state.phase is Phase.DRAINING and state.window is not None:
-                        state.window.complete(entry.offset)  # counts for the final commit
-                    self._idle.notify_all()
-                    continue
-                for nxt in state.window.complete(entry.offset):
-                    state.running += 1
-                    ready.setdefault(nxt.worker, []).append((state, nxt))
-            for worker, batch in ready.items():
-                self._submit(worker, batch)
+        for state, entry in works:
+            state.running -= 1
+            if state.phase is not Phase.ACTIVE or state.window is None:
+                if state.phase is Phase.DRAINING and state.window is not None:
+                    state.window.complete(entry.offset)  # counts for the final commit
+                self._idle.notify_all()
+                continue
+            for nxt in state.window.complete(entry.offset):
+                state.running += 1
+                ready.setdefault(nxt.worker, []).append((state, nxt))
+        for worker, batch in ready.items():
+            self._submit(worker, batch)
 
     def abandon(self, state: PartitionState) -> None:
         """A worker will not run an entry of a partition that is no longer active."""

@@ -116,16 +116,18 @@ class RecordExecutor:
             self._terminal(state, entry, DeserializationError("value", exc), "deserialization")
             return None
         ts_type, ts = msg.timestamp()
+        headers = msg.headers()
+        # Positional on purpose: keyword arguments cost more than the rest of this call.
         return Record(
-            key=key,
-            value=value,
-            topic=state.topic,
-            partition=state.partition,
-            offset=entry.offset,
-            headers=tuple(msg.headers() or ()),
-            timestamp=ts / 1000.0 if ts_type else None,
-            attempt=entry.attempt,
-            raw_key=raw_key,
+            key,
+            value,
+            state.topic,
+            state.partition,
+            entry.offset,
+            tuple(headers) if headers else (),
+            ts / 1000.0 if ts_type else None,
+            entry.attempt,
+            raw_key,
         )
 
     def succeeded(self, state: PartitionState, entry: Entry[Any], elapsed: float) -> None:

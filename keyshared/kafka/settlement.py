@@ -11,6 +11,12 @@ pending successes are settled
 - when the thread runs out of work, and
 - by :meth:`SettlementBuffer.flush_stale`, which the poll loop calls several times a second,
   for any thread whose pending successes are older than a millisecond (its thread is busy).
+
+The first two only *try*: if the dispatcher's lock is busy (the poll thread is admitting a
+batch), the thread runs its next record instead of queueing on the lock. Queueing there was
+the largest cost with fast handlers: each blocked worker hands the GIL to the next, and the
+poll thread, which holds the lock, waits behind all of them to get the GIL back. The last two
+always settle, so a success still waits at most about a poll-loop iteration.
 """
 
 from __future__ import annotations
@@ -28,16 +34,22 @@ __all__ = ["SettlementBuffer"]
 
 Success = tuple[PartitionState, Entry[Any], float]  # state, entry, handler seconds
 
+FinishMany = Callable[..., bool]  # (works, *, wait) -> settled; the dispatcher's finish_many
+
 _MAX_PENDING = 32
+_MAX_HELD = 4096  # past this many unsettled successes a thread waits for the lock after all
 _MAX_AGE = 1e-3  # seconds a success may wait to be settled while its thread is running
 
 
 class _Pending:
-    __slots__ = ("lock", "since", "successes")
+    __slots__ = ("accounted", "lock", "next_try", "retry_at", "since", "successes")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.successes: list[Success] = []
+        self.accounted = 0  # leading successes whose metrics are recorded (a settle deferred)
+        self.next_try = _MAX_PENDING  # settle when this many have gathered
+        self.retry_at = 0.0  # after a refused attempt, the age trigger waits until then
         self.since = 0.0
 
 
@@ -47,7 +59,7 @@ class SettlementBuffer:
     :param finish_many: frees the keys of finished entries (the dispatcher's).
     """
 
-    def __init__(self, finish_many: Callable[[list[tuple[PartitionState, Entry[Any]]]], None]):
+    def __init__(self, finish_many: FinishMany):
         self._finish_many = finish_many
         self._local = threading.local()
         self._all: list[_Pending] = []
@@ -68,19 +80,18 @@ class SettlementBuffer:
             if not pending.successes:
                 pending.since = time.monotonic()
             pending.successes.append((state, entry, elapsed))
-            full = len(pending.successes) >= _MAX_PENDING
-        if full:
-            self._settle(pending)
+            held = len(pending.successes)
+        if held >= pending.next_try:
+            self._settle(pending, wait=held >= _MAX_HELD)
 
     def before_handler(self) -> None:
         """Settle this thread's successes if they have waited too long already."""
         pending = getattr(self._local, "pending", None)
-        if (
-            pending is not None
-            and pending.successes
-            and time.monotonic() - pending.since > _MAX_AGE
-        ):
-            self._settle(pending)
+        if pending is None or not pending.successes:
+            return
+        now = time.monotonic()
+        if now - pending.since > _MAX_AGE and now >= pending.retry_at:
+            self._settle(pending, wait=False)
 
     def flush_mine(self) -> None:
         """This thread has no more work for now: settle everything it holds."""
@@ -96,18 +107,26 @@ class SettlementBuffer:
         for pending in stale:
             self._settle(pending)
 
-    def _settle(self, pending: _Pending) -> None:
+    def _settle(self, pending: _Pending, wait: bool = True) -> None:
         with pending.lock:
             successes, pending.successes = pending.successes, []
+            accounted, pending.accounted = pending.accounted, 0
+            pending.next_try = _MAX_PENDING
         if not successes:
             return
+        # Metrics first, so that whoever sees a record finished also sees it counted.
         by_state: dict[int, list[Success]] = {}
-        for success in successes:
+        for success in successes[accounted:]:
             by_state.setdefault(id(success[0]), []).append(success)
         now = time.time()
         for group in by_state.values():
             _account(group, now)
-        self._finish_many([(state, entry) for state, entry, _ in successes])
+        if not self._finish_many([(state, entry) for state, entry, _ in successes], wait=wait):
+            with pending.lock:  # the lock was busy: keep them, oldest first, for next time
+                pending.successes[:0] = successes
+                pending.accounted = len(successes)
+                pending.next_try = len(pending.successes) + _MAX_PENDING
+                pending.retry_at = time.monotonic() + _MAX_AGE / 4
 
 
 def _account(successes: list[Success], now: float) -> None:

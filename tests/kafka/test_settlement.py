@@ -1,0 +1,128 @@
+"""SettlementBuffer: batched success settlement that never loses or double-counts a success.
+
+No broker: the dispatcher's ``finish_many`` is replaced by a recorder whose lock can be made
+"busy", which is the case the buffer must handle without blocking a worker.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from keyshared.core.window import Entry
+from keyshared.kafka.partition import PartitionState
+from keyshared.kafka.settlement import SettlementBuffer
+from keyshared.metrics import ConsumerMetrics
+
+pytestmark = pytest.mark.unit
+
+
+class FakeFinish:
+    """Records settled offsets; while ``busy`` a non-waiting call is refused, like a held lock."""
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.settled: list[int] = []
+        self.refused = 0
+        self.waited = 0
+
+    def __call__(self, works: list[tuple[PartitionState, Entry[Any]]], *, wait: bool) -> bool:
+        if self.busy and not wait:
+            self.refused += 1
+            return False
+        if wait:
+            self.waited += 1
+        self.settled.extend(entry.offset for _, entry in works)
+        return True
+
+
+def _state() -> PartitionState:
+    metrics = ConsumerMetrics(f"g-{uuid.uuid4().hex[:8]}", "m")
+    return PartitionState("t", 0, metrics.partition("t", 0))
+
+
+class _Msg:
+    def key(self) -> bytes:
+        return b"k"
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)
+
+
+def _entry(offset: int) -> Entry[Any]:
+    return Entry(offset, b"k", 0, _Msg(), 0.0, True)
+
+
+def _processed(state: PartitionState) -> float:
+    return float(state.metrics.processed._value.get())
+
+
+def test_a_busy_lock_defers_settlement_and_the_idle_flush_settles_everything() -> None:
+    finish = FakeFinish()
+    buffer = SettlementBuffer(finish)
+    state = _state()
+    finish.busy = True
+
+    for offset in range(100):  # three attempts at 32, 64 and 96 find the lock busy
+        buffer.add(state, _entry(offset), 0.001)
+
+    assert finish.settled == []
+    assert finish.refused == 3
+    buffer.flush_mine()  # the thread ran out of work: it waits for the lock this time
+    assert finish.settled == list(range(100))
+    assert _processed(state) == 100  # counted once each, though three settles were deferred
+
+
+def test_deferred_successes_keep_their_order_when_the_lock_frees() -> None:
+    finish = FakeFinish()
+    buffer = SettlementBuffer(finish)
+    state = _state()
+    finish.busy = True
+    for offset in range(40):
+        buffer.add(state, _entry(offset), 0.0)
+    finish.busy = False
+    for offset in range(40, 64):
+        buffer.add(state, _entry(offset), 0.0)
+
+    assert finish.settled == list(range(64))
+    assert finish.waited == 0  # settled by a non-waiting attempt once the lock was free
+    assert _processed(state) == 64
+
+
+def test_a_thread_holding_too_many_waits_for_the_lock_after_all() -> None:
+    finish = FakeFinish()
+    buffer = SettlementBuffer(finish)
+    state = _state()
+    finish.busy = True
+
+    for offset in range(4096):
+        buffer.add(state, _entry(offset), 0.0)
+
+    assert finish.settled == list(range(4096))
+    assert finish.waited == 1
+
+
+def test_stale_successes_of_a_busy_thread_are_settled_by_another_thread() -> None:
+    finish = FakeFinish()
+    buffer = SettlementBuffer(finish)
+    state = _state()
+    added = threading.Event()
+
+    def worker() -> None:
+        buffer.add(state, _entry(7), 0.0)  # then "runs a stuck handler": never flushes
+        added.set()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert added.wait(5)
+    thread.join(5)
+    deadline = time.monotonic() + 5
+    while not finish.settled and time.monotonic() < deadline:
+        buffer.flush_stale()  # settles only what has waited over a millisecond
+
+    assert finish.settled == [7]
+    assert _processed(state) == 1
