@@ -61,14 +61,22 @@ def _processed(state: PartitionState) -> float:
     return float(state.metrics.processed._value.get())
 
 
-def test_a_busy_lock_defers_settlement_and_the_idle_flush_settles_everything() -> None:
+def _busy() -> tuple[FakeFinish, SettlementBuffer, PartitionState]:
+    """A buffer whose dispatcher lock is busy, and a partition to settle for."""
     finish = FakeFinish()
-    buffer = SettlementBuffer(finish)
-    state = _state()
     finish.busy = True
+    return finish, SettlementBuffer(finish), _state()
 
-    for offset in range(100):  # three attempts at 32, 64 and 96 find the lock busy
+
+def _add(buffer: SettlementBuffer, state: PartitionState, offsets: range) -> None:
+    for offset in offsets:
         buffer.add(state, _entry(offset), 0.001)
+
+
+def test_a_busy_lock_defers_settlement_and_the_idle_flush_settles_everything() -> None:
+    finish, buffer, state = _busy()
+
+    _add(buffer, state, range(100))  # three attempts, at 32, 64 and 96, find the lock busy
 
     assert finish.settled == []
     assert finish.refused == 3
@@ -78,15 +86,10 @@ def test_a_busy_lock_defers_settlement_and_the_idle_flush_settles_everything() -
 
 
 def test_deferred_successes_keep_their_order_when_the_lock_frees() -> None:
-    finish = FakeFinish()
-    buffer = SettlementBuffer(finish)
-    state = _state()
-    finish.busy = True
-    for offset in range(40):
-        buffer.add(state, _entry(offset), 0.0)
+    finish, buffer, state = _busy()
+    _add(buffer, state, range(40))
     finish.busy = False
-    for offset in range(40, 64):
-        buffer.add(state, _entry(offset), 0.0)
+    _add(buffer, state, range(40, 64))
 
     assert finish.settled == list(range(64))
     assert finish.waited == 0  # settled by a non-waiting attempt once the lock was free
@@ -94,13 +97,9 @@ def test_deferred_successes_keep_their_order_when_the_lock_frees() -> None:
 
 
 def test_a_thread_holding_too_many_waits_for_the_lock_after_all() -> None:
-    finish = FakeFinish()
-    buffer = SettlementBuffer(finish)
-    state = _state()
-    finish.busy = True
+    finish, buffer, state = _busy()
 
-    for offset in range(4096):
-        buffer.add(state, _entry(offset), 0.0)
+    _add(buffer, state, range(4096))
 
     assert finish.settled == list(range(4096))
     assert finish.waited == 1
