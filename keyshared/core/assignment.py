@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from keyshared.core.slots import MAX_SLOT, SLOT_COUNT, SlotMap, SlotRange
+from keyshared.core.slots import MAX_SLOT, SLOT_COUNT, SlotMap, SlotRange, subtract
 
 __all__ = ["Move", "Plan", "plan_assignment"]
 
@@ -144,20 +144,9 @@ def _segments(slot_map: SlotMap) -> list[_Segment]:
 def _subtract(segments: list[_Segment], pins: list[tuple[SlotRange, str]]) -> list[_Segment]:
     """``segments`` with the pinned slots cut out."""
     out: list[_Segment] = []
+    holes = [slot_range for slot_range, _ in pins]
     for lo, hi, owner in segments:
-        pieces = [(lo, hi)]
-        for slot_range, _ in pins:
-            next_pieces: list[tuple[int, int]] = []
-            for a, b in pieces:
-                if slot_range.hi < a or b < slot_range.lo:
-                    next_pieces.append((a, b))
-                    continue
-                if a < slot_range.lo:
-                    next_pieces.append((a, slot_range.lo - 1))
-                if slot_range.hi < b:
-                    next_pieces.append((slot_range.hi + 1, b))
-            pieces = next_pieces
-        out.extend((a, b, owner) for a, b in pieces)
+        out.extend((a, b, owner) for a, b in subtract(lo, hi, holes))
     return out
 
 

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+from keyshared.core.modes import MODES
+
 __all__ = [
     "DeserializationError",
     "DoNotRetry",
@@ -212,7 +214,6 @@ def backoff(attempt: int, retry: RetryPolicy, rng: random.Random) -> float:
     return min(max(delay, 0.0), retry.max_backoff)
 
 
-_MODES = ("partition", "key_shared", "exclusive")
 _EXCLUSIVE_POLICIES = (PoisonPolicy.BLOCK, PoisonPolicy.BLOCK_AND_DEAD_LETTER)
 
 
@@ -225,8 +226,8 @@ def validate_policy_for_mode(policy: PoisonPolicy | str, mode: str) -> PoisonPol
 
     :raises ValueError: naming ``poison`` or ``mode`` when either is unknown or they clash.
     """
-    if mode not in _MODES:
-        raise ValueError(f"mode must be one of {', '.join(_MODES)}; got {mode!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     try:
         chosen = PoisonPolicy(policy)
     except ValueError:

@@ -176,6 +176,27 @@ class SlotMap:
         return f"SlotMap({{{body}}})"
 
 
+def subtract(lo: int, hi: int, holes: Iterable[SlotRange]) -> list[tuple[int, int]]:
+    """The parts of the inclusive interval ``[lo, hi]`` outside every hole, in slot order.
+
+    >>> subtract(0, 99, [SlotRange(10, 19), SlotRange(50, 200)])
+    [(0, 9), (20, 49)]
+    """
+    pieces = [(lo, hi)]
+    for hole in holes:
+        next_pieces: list[tuple[int, int]] = []
+        for a, b in pieces:
+            if hole.hi < a or b < hole.lo:
+                next_pieces.append((a, b))
+                continue
+            if a < hole.lo:
+                next_pieces.append((a, hole.lo - 1))
+            if hole.hi < b:
+                next_pieces.append((hole.hi + 1, b))
+        pieces = next_pieces
+    return pieces
+
+
 def split_evenly(count: int) -> list[SlotRange]:
     """Split the whole slot space into ``count`` contiguous ranges whose sizes differ by <= 1.
 

@@ -67,7 +67,8 @@ class InFlightWindow(Generic[P]):
         w.safe_cursor              # -> 1
 
     :param start_offset: where consumption (re)starts; the cursor never goes below it.
-    :param max_window: bound on in-flight + waiting records; at it the owner should pause.
+    :param max_window: bound on the records held (in flight, waiting, and finished but not yet
+        passed by the cursor); at it the owner should pause.
     :param low_watermark: resume when the window has drained to this size (hysteresis, so a
         partition does not flap between paused and fetching on every record).
     :param per_worker_capacity: at most this many in-flight records per worker; more wait.
@@ -111,6 +112,7 @@ class InFlightWindow(Generic[P]):
         self._backlogged = 0  # records waiting only for worker capacity
         self._in_flight = 0
         self._paused = False
+        self._ceiling: int | None = None  # lowest offset given back: the cursor stops there
 
     # -- admission and completion ------------------------------------------------------------
 
@@ -128,14 +130,13 @@ class InFlightWindow(Generic[P]):
                 f"offsets up to {self._end - 1}"
             )
         self._end = offset + 1
+        if offset in self._already_done:
+            self._already_done.discard(offset)
+            self._admit_done(offset)
+            return None
         ordered = key is not None or self.null_keys_ordered
         entry: Entry[P] = Entry(offset, key, worker, payload, now, ordered)
         self._pending.append(entry)
-        if offset in self._already_done:
-            self._already_done.discard(offset)
-            entry.done = True
-            self._advance()
-            return None
         self._by_offset[offset] = entry
         if len(self._pending) == 1:
             self._cursor = offset  # nothing below it is pending: the cursor may jump a gap
@@ -169,10 +170,24 @@ class InFlightWindow(Generic[P]):
             )
         self._end = offset + 1
         self._already_done.discard(offset)
+        self._admit_done(offset)
+
+    def _admit_done(self, offset: int) -> None:
+        # Finished on arrival: an offset is all the cursor needs, never the payload.
         entry: Entry[P] = Entry(offset, None, -1, None, 0.0, False)  # type: ignore[arg-type]
         entry.done = True
         self._pending.append(entry)
         self._advance()
+
+    def give_back(self, offset: int) -> None:
+        """A delivered record is handed back unprocessed (its partition is draining).
+
+        From then on the cursor never passes ``offset``, whatever the consumer's position
+        says: the next owner must get this record and everything after it again. Without
+        this, a shutdown that fetched records it did not process committed past them.
+        """
+        if self._ceiling is None or offset < self._ceiling:
+            self._ceiling = offset
 
     def complete(self, offset: int) -> list[Entry[P]]:
         """Mark an in-flight record finished; return the records that may now be dispatched.
@@ -229,7 +244,9 @@ class InFlightWindow(Generic[P]):
         pending = self._pending
         while pending and pending[0].done:
             pending.popleft()
-        self._cursor = pending[0].offset if pending else max(self._cursor, self._end)
+        cursor = pending[0].offset if pending else max(self._cursor, self._end)
+        ceiling = self._ceiling
+        self._cursor = cursor if ceiling is None or cursor < ceiling else ceiling
 
     def observe_position(self, position: int) -> None:
         """Let the cursor pass offsets the consumer skipped without delivering them.
@@ -274,16 +291,26 @@ class InFlightWindow(Generic[P]):
     def worker_load(self, worker: int) -> int:
         return self._worker_load.get(worker, 0)
 
+    @property
+    def held(self) -> int:
+        """Records the window holds: incomplete ones plus finished ones above the cursor.
+
+        This is what ``max_window`` bounds. Counting only incomplete records let one stuck
+        record pin the cursor while finished records (and the commit metadata listing them)
+        piled up behind it without limit.
+        """
+        return len(self._pending)
+
     def should_pause(self) -> bool:
         """True once when the window fills up; the owner pauses fetching this partition."""
-        if not self._paused and len(self._by_offset) >= self.max_window:
+        if not self._paused and len(self._pending) >= self.max_window:
             self._paused = True
             return True
         return False
 
     def should_resume(self) -> bool:
         """True once when a paused window has drained to the low watermark."""
-        if self._paused and len(self._by_offset) <= self.low_watermark:
+        if self._paused and len(self._pending) <= self.low_watermark:
             self._paused = False
             return True
         return False

@@ -189,12 +189,36 @@ def test_default_low_watermark_is_eighty_percent() -> None:
     assert InFlightWindow[str](0, max_window=1).low_watermark == 0
 
 
-def test_already_done_records_do_not_count_towards_the_window() -> None:
+def test_finished_records_count_towards_the_window_only_while_the_cursor_is_below_them() -> None:
+    """Finished records above an unfinished one are held (for the commit metadata), so they
+    count towards ``max_window``: one stuck record cannot make the window grow without bound."""
     w = InFlightWindow[str](start_offset=0, max_window=2, already_done=frozenset({1, 2, 3}))
     for i in range(4):
         w.admit(i, b"k", 0, "", 0.0)
-    assert w.size == 1
+    assert (w.size, w.held) == (1, 4)
+    assert w.should_pause()
+    w.complete(0)
+    assert (w.held, w.safe_cursor) == (0, 4)
+    assert w.should_resume()
+
+
+def test_already_done_prefix_is_not_held() -> None:
+    w = InFlightWindow[str](start_offset=0, max_window=2, already_done=frozenset({0, 1, 2}))
+    for i in range(4):
+        w.admit(i, b"k", 0, "", 0.0)
+    assert (w.size, w.held) == (1, 1)
     assert not w.should_pause()
+
+
+def test_given_back_records_hold_the_cursor_whatever_the_position() -> None:
+    w = InFlightWindow[str](start_offset=0)
+    w.admit(0, b"a", 0, "", 0.0)
+    w.give_back(1)  # delivered while draining, never run
+    w.complete(0)
+    w.observe_position(5)
+    assert w.safe_cursor == 1
+    w.give_back(3)  # a later give-back never raises the ceiling
+    assert w.safe_cursor == 1
 
 
 # -- already done (restart metadata) ------------------------------------------------------------

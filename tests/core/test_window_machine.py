@@ -105,6 +105,15 @@ class WindowMachine(RuleBasedStateMachine):
     def incomplete(self) -> list[Rec]:
         return [r for r in (self.recs[o] for o in self.order) if not r.completed]
 
+    def held(self) -> int:
+        """What ``max_window`` bounds: every received record from the lowest incomplete one on
+        (finished records above the cursor stay held for the commit metadata)."""
+        incomplete = self.incomplete()
+        if not incomplete:
+            return 0
+        lowest = min(r.offset for r in incomplete)
+        return sum(1 for o in self.order if o >= lowest)
+
     def on_released(self, entries: list[Entry[object]]) -> None:
         for entry in entries:
             rec = self.recs.get(entry.offset)
@@ -216,7 +225,7 @@ class WindowMachine(RuleBasedStateMachine):
 
     @rule()
     def check_pause(self) -> None:
-        size = len(self.incomplete())
+        size = self.held()
         expect = not self.paused and size >= self.max_window
         assert self.window.should_pause() is expect
         if expect:
@@ -225,7 +234,7 @@ class WindowMachine(RuleBasedStateMachine):
 
     @rule()
     def check_resume(self) -> None:
-        size = len(self.incomplete())
+        size = self.held()
         expect = self.paused and size <= self.low
         assert self.window.should_resume() is expect
         if expect:
