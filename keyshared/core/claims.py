@@ -1,0 +1,164 @@
+"""Claims: where each slot range a member holds resumes in one partition, and what is done.
+
+In ``key_shared`` mode every member reads the whole partition and runs only the records whose
+slot it holds. Each range's progress is stored as a cursor per partition (offset: every record
+of the range below it is done; plus the finished offsets above it). Ranges split and merge
+between generations, so the cursors covering a slot may have been written under several range
+shapes; the one that counts for a slot is the one written by the **latest holder** (the highest
+fencing token), because every holder starts from its predecessor's cursor and only moves it on.
+Picking the lowest offset instead would be safe but would redo everything since a range was
+last re-shaped.
+
+A member therefore starts a partition at the lowest resume point of its pieces, and on the way
+up counts as done every record that its piece's cursor already covers.
+
+Example::
+
+    >>> from keyshared.core.slots import SlotRange
+    >>> stored = [StoredCursor(SlotRange(0, 65535), offset=100, token=1),
+    ...           StoredCursor(SlotRange(0, 32767), offset=250, token=3, finished={260})]
+    >>> claims = PartitionClaims.resolve([(SlotRange(0, 65535), 7)], stored, base=0)
+    >>> claims.start
+    100
+    >>> claims.is_done(slot=10, offset=255), claims.is_done(slot=10, offset=260)
+    (False, True)
+    >>> claims.is_done(slot=40000, offset=150)
+    False
+    >>> claims.token_of(40000)
+    7
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from keyshared.core.slots import SlotRange
+
+__all__ = ["PartitionClaims", "Piece", "StoredCursor"]
+
+
+@dataclass(frozen=True)
+class StoredCursor:
+    """A range's cursor in one partition, as the coordinator stored it.
+
+    :param slots: the range it was written for.
+    :param offset: every record of the range below it is done.
+    :param token: the writer's fencing token: later holders write larger ones.
+    :param finished: offsets above ``offset`` already done.
+    """
+
+    slots: SlotRange
+    offset: int
+    token: int
+    finished: frozenset[int] | set[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A run of held slots with one resume point (the latest cursor covering them)."""
+
+    slots: SlotRange
+    start: int
+    finished: frozenset[int]
+    token: int  # the fencing token of the held range this piece belongs to
+
+
+@dataclass
+class PartitionClaims:
+    """The held slots of one partition, split into pieces that share a resume point.
+
+    Built by :meth:`resolve`; consulted per record at admission (``is_done``, ``holds``) and
+    when a record is handed to its handler (``token_of``). Lookups are a binary search over
+    the pieces, of which there are few (one per held range and cursor shape).
+    """
+
+    pieces: list[Piece] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.pieces.sort(key=lambda piece: piece.slots.lo)
+        self._los = [piece.slots.lo for piece in self.pieces]
+
+    @classmethod
+    def resolve(
+        cls,
+        held: Iterable[tuple[SlotRange, int]],
+        stored: Iterable[StoredCursor],
+        base: int,
+    ) -> PartitionClaims:
+        """Pieces for the ``(range, token)`` pairs held, from the cursors stored for them.
+
+        :param held: the ranges this member holds, each with its lease's fencing token.
+        :param stored: every stored cursor of this partition (any range shape).
+        :param base: where slots that no cursor covers start: the group's committed offset, or
+            the reset position for a partition never consumed.
+        """
+        cursors = sorted(stored, key=lambda c: c.token)
+        pieces: list[Piece] = []
+        for held_range, token in held:
+            for lo, hi, cursor in _latest_cover(held_range, cursors):
+                if cursor is None:
+                    pieces.append(Piece(SlotRange(lo, hi), base, frozenset(), token))
+                else:
+                    finished = frozenset(cursor.finished)
+                    pieces.append(Piece(SlotRange(lo, hi), cursor.offset, finished, token))
+        return cls(pieces)
+
+    @property
+    def start(self) -> int | None:
+        """Where reading must start so that no held record is missed (None: nothing held)."""
+        return min((piece.start for piece in self.pieces), default=None)
+
+    def _piece(self, slot: int) -> Piece | None:
+        index = bisect_right(self._los, slot) - 1
+        if index < 0:
+            return None
+        piece = self.pieces[index]
+        return piece if slot <= piece.slots.hi else None
+
+    def holds(self, slot: int) -> bool:
+        return self._piece(slot) is not None
+
+    def is_done(self, slot: int, offset: int) -> bool:
+        """Whether a record of a held slot was already done by an earlier holder."""
+        piece = self._piece(slot)
+        if piece is None:
+            raise KeyError(f"slot {slot} is not held")
+        return offset < piece.start or offset in piece.finished
+
+    def accepts(self, slot: int, offset: int) -> bool:
+        """Whether this member runs the record: its slot is held and it is not done yet."""
+        piece = self._piece(slot)
+        return piece is not None and offset >= piece.start and offset not in piece.finished
+
+    def token_of(self, slot: int) -> int | None:
+        piece = self._piece(slot)
+        return None if piece is None else piece.token
+
+
+def _latest_cover(
+    target: SlotRange, cursors: list[StoredCursor]
+) -> list[tuple[int, int, StoredCursor | None]]:
+    """Split ``target`` into maximal runs covered by the same latest cursor (``cursors`` sorted
+    by token, ascending; None where no cursor covers a run)."""
+    bounds = {target.lo, target.hi + 1}
+    for cursor in cursors:
+        if cursor.slots.overlaps(target):
+            bounds.add(max(cursor.slots.lo, target.lo))
+            bounds.add(min(cursor.slots.hi, target.hi) + 1)
+    edges = sorted(bounds)
+    runs: list[tuple[int, int, StoredCursor | None]] = []
+    for lo, nxt in pairwise(edges):
+        hi = nxt - 1
+        cover = None
+        for cursor in reversed(cursors):  # latest first
+            if cursor.slots.lo <= lo and hi <= cursor.slots.hi:
+                cover = cursor
+                break
+        if runs and runs[-1][2] is cover and runs[-1][1] == lo - 1:
+            runs[-1] = (runs[-1][0], hi, cover)
+        else:
+            runs.append((lo, hi, cover))
+    return runs
