@@ -17,6 +17,9 @@ class Record:
     ``key`` and ``value`` are the deserialized forms (raw ``bytes`` unless a deserializer was
     configured); ordering always uses the raw key bytes, so a deserializer can never change
     which records are ordered together. ``attempt`` starts at 1 and grows with each retry.
+    ``fencing_token`` is set when a coordinator grants this member the record's partition or
+    slot range: it is larger for every later holder, so a handler that passes it to its own
+    store (a conditional write) can refuse a late write from a member that lost the range.
     Not frozen: a frozen dataclass costs several microseconds per record to build, and a
     handler that edits its copy changes nothing in keyshared.
     """
@@ -30,6 +33,7 @@ class Record:
     timestamp: float | None
     attempt: int
     raw_key: bytes | None = None
+    fencing_token: int | None = None
 
     def header(self, name: str) -> bytes | None:
         """The last value of header ``name``, or None."""

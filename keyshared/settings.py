@@ -11,12 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from keyshared.core.modes import MODES
 from keyshared.core.poison import PoisonPolicy, RetryPolicy, validate_policy_for_mode
 from keyshared.errors import ConfigurationError
 
 __all__ = ["MODES", "ConsumerOptions", "build_kafka_config"]
-
-MODES = ("partition", "key_shared", "exclusive")
 
 Deserializer = Callable[[bytes | None], Any]
 
@@ -83,10 +82,6 @@ class ConsumerOptions:
         if self.mode not in MODES:
             raise ConfigurationError(
                 "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}"
-            )
-        if self.mode == "key_shared":
-            raise ConfigurationError(
-                "mode", "key_shared needs the ZooKeeper coordinator, which is not available yet"
             )
         default = (
             PoisonPolicy.BLOCK_AND_DEAD_LETTER

@@ -34,15 +34,20 @@ from keyshared.dev.testing import (
 # Fixtures that need a live server: a test using any of them is an integration test.
 _SERVER_FIXTURES = {"kafka_bootstrap", "zookeeper_hosts", "local_cluster", "new_topic"}
 _CORE_TESTS = Path(__file__).parent / "core"
+_UNIT_TIMEOUT_S = 60
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests under tests/core/ `unit`, tests that use a server fixture `integration`."""
     for item in items:
-        if _CORE_TESTS in Path(str(item.path)).parents:
+        path = Path(str(item.path))
+        if _CORE_TESTS in path.parents:
             item.add_marker(pytest.mark.unit)
         if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("unit") is not None and not item.get_closest_marker("timeout"):
+            # No server, no subprocess: a deadlock here should fail in seconds, not minutes.
+            item.add_marker(pytest.mark.timeout(_UNIT_TIMEOUT_S))
 
 
 @dataclass

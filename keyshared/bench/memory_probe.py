@@ -8,7 +8,11 @@ to the OS), so each measurement starts from a clean interpreter. Protocol on std
 3. the probe fills its buffer (keyshared: the window, with every handler blocked until released;
    raw: a list of consumed messages), then prints one JSON line and exits.
 
-    python -m keyshared.bench.memory_probe keyshared|raw BOOTSTRAP TOPIC RECORDS WORKERS
+    python -m keyshared.bench.memory_probe keyshared|raw|stuck BOOTSTRAP TOPIC RECORDS WORKERS
+
+``stuck`` is keyshared with default window settings and the handler of one key (the first
+record's) blocked for good while every other record succeeds at once: the memory it takes is
+what ``max_window`` must bound, since the stuck record pins the cursor.
 """
 
 from __future__ import annotations
@@ -76,6 +80,16 @@ def _raw(bootstrap: str, topic: str, records: int) -> dict[str, Any]:
     return {"before": before, "after": after, "entries": len(kept)}
 
 
+def _start(consumer: Any) -> tuple[threading.Thread, float]:
+    """Run ``consumer`` on a thread until it has its assignment; also the probe's deadline."""
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + _TIMEOUT_S
+    while gauge_sum("keyshared_rebalances_total") < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return thread, deadline
+
+
 def _keyshared(bootstrap: str, topic: str, records: int, workers: int) -> dict[str, Any]:
     from keyshared.kafka.consumer import KeySharedConsumer
 
@@ -88,11 +102,7 @@ def _keyshared(bootstrap: str, topic: str, records: int, workers: int) -> dict[s
         max_window=records,
         per_worker_capacity=records,
     )
-    thread = threading.Thread(target=consumer.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + _TIMEOUT_S
-    while gauge_sum("keyshared_rebalances_total") < 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    thread, deadline = _start(consumer)
     before = _ready_then_wait()
     entries = 0.0
     while entries < records and time.monotonic() < deadline:
@@ -109,11 +119,50 @@ def _keyshared(bootstrap: str, topic: str, records: int, workers: int) -> dict[s
     return {"before": before, "after": after, "entries": int(entries)}
 
 
+def _stuck(bootstrap: str, topic: str, records: int, workers: int) -> dict[str, Any]:
+    from keyshared.kafka.consumer import KeySharedConsumer
+
+    release = threading.Event()
+    stuck_key: list[bytes | None] = []
+
+    def handle(record: Any) -> None:
+        if not stuck_key:
+            stuck_key.append(record.key)
+        if record.key == stuck_key[0]:
+            release.wait()
+
+    consumer = KeySharedConsumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"mem-stuck-{topic}"},
+        [topic],
+        handle,
+        workers=workers,
+    )
+    thread, deadline = _start(consumer)
+    before = _ready_then_wait()
+    received, still_since = 0.0, time.monotonic()
+    while received < records and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now_received = gauge_sum("keyshared_records_received_total")
+        if now_received != received:
+            received, still_since = now_received, time.monotonic()
+        elif time.monotonic() - still_since > 5.0:
+            break  # paused: the window is full behind the stuck record
+    gc.collect()
+    after = rss_bytes()
+    cursor = gauge_sum("keyshared_partition_safe_cursor_offset")
+    release.set()
+    consumer.stop()
+    thread.join(60)
+    return {"before": before, "after": after, "entries": int(received), "cursor": cursor}
+
+
 def main(argv: list[str]) -> int:
     mode, bootstrap, topic, records_text, workers_text = argv
     records = int(records_text)
     if mode == "raw":
         result = _raw(bootstrap, topic, records)
+    elif mode == "stuck":
+        result = _stuck(bootstrap, topic, records, int(workers_text))
     else:
         result = _keyshared(bootstrap, topic, records, int(workers_text))
     print(json.dumps(result), flush=True)

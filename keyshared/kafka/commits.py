@@ -82,6 +82,18 @@ class Committer:
             offsets.append(TopicPartition(state.topic, state.partition, cursor, metadata=metadata))
         return offsets
 
+    def starting_points(
+        self, partitions: list[tuple[str, int]], timeout: float
+    ) -> dict[tuple[str, int], tuple[int | None, str]]:
+        """The group's committed offset and metadata of each partition (None: never committed)."""
+        committed = self._consumer.committed(
+            [TopicPartition(*tp) for tp in partitions], timeout=timeout
+        )
+        return {
+            (tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None, tp.metadata or "")
+            for tp in committed
+        }
+
     def commit_async(self, states: Iterable[PartitionState]) -> None:
         """Commit what moved since the last commit sent; the outcome arrives in on_commit."""
         offsets = self._offsets(states, skip_unchanged=True)

@@ -31,6 +31,7 @@ from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.poll_loop import PollLoop
 from keyshared.kafka.pull import PullQueue
 from keyshared.kafka.scheduler import Scheduler
+from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox, Runner
 from keyshared.kafka.workers import AsyncRunner, ThreadWorkers
 from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
 from keyshared.record import Record
@@ -63,6 +64,10 @@ class KeySharedConsumer:
     :param handler: called with each :class:`keyshared.Record`; a plain function runs on a
         worker thread, an ``async def`` function on an event loop. Raising means failure.
         ``None`` selects the pull style: iterate :meth:`records`, then :meth:`ack`/:meth:`nack`.
+    :param coordinator: a ``coordinator.ZooKeeperCoordinator``: required by ``key_shared``
+        mode (members split the slot space), optional in ``partition`` mode (partition leases:
+        no overlap after a drain timeout) and ``exclusive`` mode (one active member, standbys).
+        The consumer owns its session while it runs and closes it at the end.
     :param options: a :class:`~keyshared.settings.ConsumerOptions`, or give its fields as
         keyword arguments (``workers=64, poison="park"``...).
     """
@@ -73,6 +78,7 @@ class KeySharedConsumer:
         topics: Iterable[str],
         handler: Callable[[Record], Any] | None,
         *,
+        coordinator: Coordination | None = None,
         options: ConsumerOptions | None = None,
         **option_values: Any,
     ) -> None:
@@ -87,6 +93,17 @@ class KeySharedConsumer:
                     f"unknown option ({exc})",
                 ) from None
         self.options = options
+        if options.mode == "key_shared" and coordinator is None:
+            raise ConfigurationError(
+                "coordinator",
+                "key_shared mode needs a coordinator: pass "
+                "coordinator=coordinator.ZooKeeperCoordinator('host:port')",
+            )
+        if coordinator is not None and not callable(getattr(coordinator, "plug", None)):
+            raise ConfigurationError(
+                "coordinator", f"expected a coordinator.ZooKeeperCoordinator, got {coordinator!r}"
+            )
+        self._coordinator = coordinator
         self._config = build_kafka_config(config)
         poll_interval_ms = int(self._config.get("max.poll.interval.ms", 300_000))
         if options.drain_timeout * 1000 >= poll_interval_ms:
@@ -138,29 +155,19 @@ class KeySharedConsumer:
                 raise KeySharedError("run() can be called once per KeySharedConsumer")
             self._ran = True
         try:
-            if not self._check_reachable():
-                return
+            reachable = self._check_reachable()
         except BaseException:
             self._consumer.close()
             raise
+        if not reachable:  # stopped before the broker answered
+            self._consumer.close()
+            self._finished.set()
+            return
         options = self.options
         metrics = ConsumerMetrics(self.group, self.member)
         metrics.set_workers(options.workers)
         scheduler = Scheduler()
-        executor: list[RecordExecutor] = []  # built after the dispatcher it needs
-        runner: ThreadWorkers | AsyncRunner | PullQueue
-        if self._handler is None:
-            runner = self._pull = PullQueue(
-                options.workers, options.ack_timeout, scheduler.call_later
-            )
-        elif self._is_async:
-            runner = AsyncRunner(options.workers, lambda work: executor[0].run_async(work))
-        else:
-            runner = ThreadWorkers(
-                options.workers,
-                lambda work: executor[0].run(work),
-                on_idle=lambda: executor[0].settlements.flush_mine(),
-            )
+        runner = self._make_runner(scheduler)
         dlq = DeadLetterWriter(
             self._config, self.group, options.dlq_topic_for, metrics, scheduler.call_later
         )
@@ -171,24 +178,32 @@ class KeySharedConsumer:
             )
             self._keystate.start()
         self._dispatcher = Dispatcher(
-            options,
-            runner.count,
-            runner.submit,
-            on_draining=runner.purge if isinstance(runner, PullQueue) else None,
+            options, runner.count, runner.submit, on_draining=runner.on_draining
         )
-        executor.append(
-            RecordExecutor(
-                options,
-                self._handler,
-                self._dispatcher,
-                scheduler.call_later,
-                dlq,
-                self._keystate,
-            )
+        executor = RecordExecutor(
+            options, self._handler, self._dispatcher, scheduler.call_later, dlq, self._keystate
         )
-        if isinstance(runner, PullQueue):
-            runner.executor = executor[0]
+        runner.bind(executor)
         consumer = self._consumer
+        inbox = PollInbox()
+        plug = Plug()
+        if self._coordinator is not None:
+            context = PlugContext(
+                self.group, self.member, self.topics, options, self._dispatcher, inbox, metrics,
+                self.stop, dict(self._config),
+            )  # fmt: skip
+            try:
+                plug = self._coordinator.plug(context)
+            except BaseException:
+                consumer.close()
+                runner.close()
+                dlq.close(1.0)
+                scheduler.close()
+                metrics.close()
+                self._finished.set()
+                raise
+        if plug.ownership is not None:
+            self._dispatcher.use_ownership(plug.ownership)
         self._loop = PollLoop(
             consumer,
             self.topics,
@@ -198,7 +213,10 @@ class KeySharedConsumer:
             self._keystate,
             self._stop,
             worker_depths=lambda: [runner.depth(w) for w in range(runner.count)],
-            nudge_workers=lambda: self._nudge(runner, executor[0]),
+            nudge_workers=lambda: _nudge(runner, executor),
+            membership=plug.membership,
+            cursor_store=plug.cursor_store,
+            inbox=inbox,
         )
         if options.metrics_port is not None:
             self._metrics_server = start_metrics_server(
@@ -226,13 +244,15 @@ class KeySharedConsumer:
             self._finished.set()
             log.info("consumer %s of group %s stopped", self.member, self.group)
 
-    @staticmethod
-    def _nudge(runner: ThreadWorkers | AsyncRunner | PullQueue, executor: RecordExecutor) -> None:
-        """Periodic care from the poll loop: settle successes stuck behind a busy thread, and
-        let idle threads take records queued behind a slow handler."""
-        executor.settlements.flush_stale()
-        if isinstance(runner, ThreadWorkers):
-            runner.nudge()
+    def _make_runner(self, scheduler: Scheduler) -> Runner:
+        """Thread pool for plain handlers, one event loop for ``async def``, or the pull queue."""
+        options = self.options
+        if self._handler is None:
+            self._pull = PullQueue(options.workers, options.ack_timeout, scheduler.call_later)
+            return self._pull
+        if self._is_async:
+            return AsyncRunner(options.workers)
+        return ThreadWorkers(options.workers)
 
     # -- pull style ------------------------------------------------------------------------------
 
@@ -382,6 +402,13 @@ class KeySharedConsumer:
     def _on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
         if self._loop is not None:
             self._loop.committer.on_commit(err, partitions)
+
+
+def _nudge(runner: Runner, executor: RecordExecutor) -> None:
+    """Periodic care from the poll loop: settle successes stuck behind a busy thread, and let
+    idle threads take records queued behind a slow handler."""
+    executor.settlements.flush_stale()
+    runner.nudge()
 
 
 def _build_consumer(config: dict[str, Any], on_commit: Callable[..., None]) -> Any:

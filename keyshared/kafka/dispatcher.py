@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from keyshared.core.filters import KeyFilter
 from keyshared.core.ring import WorkerRing
 from keyshared.core.window import Entry, InFlightWindow
 from keyshared.kafka.partition import Blocked, PartitionState, Phase
+from keyshared.kafka.seams import KeyFilterOwnership, Ownership
 from keyshared.settings import ConsumerOptions
 
 __all__ = ["Dispatcher", "Work"]
@@ -31,6 +31,7 @@ Work = tuple[PartitionState, Entry[Any]]
 _SAMPLE_MASK = 7
 _SAMPLE_WEIGHT = 8.0
 _WORKER_CACHE_SIZE = 1 << 16
+_DRAIN_TICK = 0.005  # seconds between the poll loop's care while a drain waits
 
 
 class Dispatcher:
@@ -39,6 +40,9 @@ class Dispatcher:
     :param options: the consumer's options (window sizes, filters, null-key ordering, mode).
     :param workers: how many workers the ring spreads keys over.
     :param submit: hands an entry to a worker; must not block.
+    :param on_draining: told which partitions stopped dispatching (the pull queue drops what
+        it queued for them).
+    :param ownership: which records this member runs; default: the options' key filters.
     """
 
     def __init__(
@@ -47,18 +51,24 @@ class Dispatcher:
         workers: int,
         submit: Callable[[int, list[Work]], None],
         on_draining: Callable[[list[PartitionState]], None] | None = None,
+        ownership: Ownership | None = None,
     ) -> None:
         self._options = options
         self._ring = WorkerRing(range(workers))
-        self._filter = KeyFilter(options.key_filters) if options.key_filters else None
+        self._ownership = ownership or KeyFilterOwnership(options.key_filters)
         self._serial = options.mode == "exclusive"  # one ordered lane per partition
         self._submit = submit
+        self._held: list[tuple[int, list[Work]]] | None = None  # while dispatch is paused
         self._on_draining = on_draining
         self._round_robin = itertools.cycle(range(workers))
         self._workers = workers
         self._worker_cache: dict[bytes, int] = {}
         self.lock = threading.Lock()
         self._idle = threading.Condition(self.lock)
+
+    def use_ownership(self, ownership: Ownership) -> None:
+        """Decide ownership with ``ownership`` from now on (wired before the first record)."""
+        self._ownership = ownership
 
     # -- poll thread -------------------------------------------------------------------------
 
@@ -80,7 +90,6 @@ class Dispatcher:
         """
         now = time.monotonic()
         metrics = state.metrics
-        accepts = self._filter.accepts if self._filter is not None else None
         serial = self._serial
         unordered_nulls = not self._options.null_keys_ordered
         cache = self._worker_cache
@@ -88,16 +97,19 @@ class Dispatcher:
         started = skipped = 0
         with self.lock:
             if state.phase is not Phase.ACTIVE:
+                self._give_back(state, messages)
                 return
+            accepts = self._ownership.admission(state)
             window = state.window
+            stats = state.stats
             for msg in messages:
                 offset = msg.offset()
                 if window is None:
                     window = state.window = self.new_window(state, offset)
                 key = msg.key()
                 if not offset & _SAMPLE_MASK:
-                    state.busiest.add(key or b"", _SAMPLE_WEIGHT)
-                if accepts is not None and not accepts(key):
+                    stats.note_received(key or b"", _SAMPLE_WEIGHT)
+                if accepts is not None and not accepts(key, offset):
                     window.admit_finished(offset)
                     metrics.filtered.inc()
                     continue
@@ -122,10 +134,19 @@ class Dispatcher:
                     skipped += 1
             state.running += started
             for worker, works in ready.items():
-                self._submit(worker, works)
+                self._dispatch(worker, works)
         metrics.received.inc(len(messages))
         if skipped:
             metrics.skipped_done.inc(skipped)
+
+    def _give_back(self, state: PartitionState, messages: list[Any]) -> None:
+        """Records delivered to a draining partition are not run: hold the cursor below them."""
+        if state.phase is Phase.GONE or not messages:
+            return
+        first = messages[0].offset()
+        if state.window is None:
+            state.window = self.new_window(state, first)
+        state.window.give_back(first)
 
     def _worker_for(self, key: bytes) -> int:
         """The ring's worker for ``key``, memoised: hashing costs more than a dict lookup."""
@@ -161,17 +182,35 @@ class Dispatcher:
     def _finish_locked(self, works: list[Work]) -> None:
         ready: dict[int, list[Work]] = {}
         for state, entry in works:
-            state.running -= 1
-            if state.phase is not Phase.ACTIVE or state.window is None:
-                if state.phase is Phase.DRAINING and state.window is not None:
-                    state.window.complete(entry.offset)  # counts for the final commit
-                self._idle.notify_all()
-                continue
-            for nxt in state.window.complete(entry.offset):
-                state.running += 1
-                ready.setdefault(nxt.worker, []).append((state, nxt))
+            try:
+                self._finish_one(state, entry, ready)
+            except Exception:
+                # A bookkeeping error (e.g. an entry settled twice) is a bug to report, but
+                # the rest of the batch must still be settled, or their keys stay busy.
+                log.exception("settling %s@%d failed; settling the rest", state, entry.offset)
         for worker, batch in ready.items():
-            self._submit(worker, batch)
+            self._dispatch(worker, batch)
+
+    def _finish_one(
+        self, state: PartitionState, entry: Entry[Any], ready: dict[int, list[Work]]
+    ) -> None:
+        window = state.window
+        if state.phase is not Phase.ACTIVE or window is None:
+            if state.phase is Phase.DRAINING and window is not None:
+                window.complete(entry.offset)  # counts for the final commit
+            state.running -= 1
+            entry.payload = None
+            self._idle.notify_all()
+            return
+        released = window.complete(entry.offset)
+        state.running += len(released) - 1  # this one finished; the released ones run
+        entry.payload = None  # finished: the window keeps its offset until the cursor passes
+        for nxt in released:
+            works = ready.get(nxt.worker)
+            if works is None:
+                ready[nxt.worker] = [(state, nxt)]
+            else:
+                works.append((state, nxt))
 
     def abandon(self, state: PartitionState) -> None:
         """A worker will not run an entry of a partition that is no longer active."""
@@ -202,13 +241,17 @@ class Dispatcher:
         with self.lock:
             if state.phase is Phase.ACTIVE:
                 state.running += 1
-                self._submit(entry.worker, [(state, entry)])
+                self._dispatch(entry.worker, [(state, entry)])
 
     def block(self, state: PartitionState, entry: Entry[Any], error: str) -> None:
         """Hold the entry (and so its key and the cursor) until an operator releases it."""
         with self.lock:
             state.running -= 1
-            state.blocked[entry.key] = Blocked(entry, error, time.time())
+            blocked = Blocked(entry, error, time.time())
+            if entry.ordered:
+                state.blocked[entry.key] = blocked
+            else:  # unordered null-key records are independent: one block each
+                state.blocked_unordered[entry.offset] = blocked
             self._idle.notify_all()
 
     def release(self, state: PartitionState, key: bytes | None, *, retry: bool) -> str | None:
@@ -216,23 +259,31 @@ class Dispatcher:
 
         A blocked record is skipped (counted done) or, with ``retry``, run again from attempt
         1. On a partition that is no longer active the block is only forgotten: the record is
-        still incomplete, so the next owner gets it again.
+        still incomplete, so the next owner gets it again. Releasing the null key releases
+        every blocked unordered null-key record of the partition.
         """
         with self.lock:
             released = "parked" if key in state.parked else None
             state.parked.discard(key)
+            entries = []
             blocked = state.blocked.pop(key, None)
-            if blocked is None:
+            if blocked is not None:
+                entries.append(blocked.entry)
+            if key is None and state.blocked_unordered:
+                entries.extend(b.entry for b in state.blocked_unordered.values())
+                state.blocked_unordered.clear()
+            if not entries:
                 return released
             if state.phase is not Phase.ACTIVE:
                 return "blocked"
-            state.running += 1
+            state.running += len(entries)
             if retry:
-                blocked.entry.attempt = 1
-                blocked.entry.first_failure = None
-                self._submit(blocked.entry.worker, [(state, blocked.entry)])
+                for entry in entries:
+                    entry.attempt = 1
+                    entry.first_failure = None
+                    self._dispatch(entry.worker, [(state, entry)])
                 return "blocked"
-        self.finish(state, blocked.entry)
+        self.finish_many([(state, entry) for entry in entries])
         return "blocked"
 
     # -- rebalance ---------------------------------------------------------------------------
@@ -242,22 +293,88 @@ class Dispatcher:
             for state in states:
                 if state.phase is Phase.ACTIVE:
                     state.phase = Phase.DRAINING
+            if self._held:
+                self._drop_held(states)
         if self._on_draining is not None:
             self._on_draining(states)
 
-    def wait_drained(self, states: list[PartitionState], timeout: float) -> bool:
-        """Wait until no entry of ``states`` is owned by a worker or a write; False on timeout."""
-        deadline = time.monotonic() + timeout
+    # -- pausing dispatch (the coordinator lost its connection) ----------------------------------
+
+    def _dispatch(self, worker: int, works: list[Work]) -> None:
+        """Hand ready records to a worker, or hold them while dispatch is paused (lock held)."""
+        if self._held is not None:
+            self._held.append((worker, works))
+        else:
+            self._submit(worker, works)
+
+    def pause_dispatch(self) -> None:
+        """Start nothing new; records keep being admitted and queue up in their keys' order.
+
+        For a member that lost its ZooKeeper connection: it cannot know whether its session
+        (and so its ranges) is still alive, so it starts no handler until it knows. Handlers
+        already running finish as usual.
+        """
         with self.lock:
-            while any(s.running > 0 for s in states):
+            if self._held is None:
+                self._held = []
+
+    def resume_dispatch(self) -> None:
+        """Hand over everything held while paused, in the order it became ready."""
+        with self.lock:
+            held, self._held = self._held, None
+            for worker, works in held or ():
+                self._submit(worker, works)
+
+    @property
+    def dispatch_paused(self) -> bool:
+        return self._held is not None
+
+    def _drop_held(self, states: list[PartitionState]) -> None:
+        """Held records of partitions that stop dispatching never run: they stay incomplete in
+        their windows (so no cursor passes them) and stop counting as running."""
+        stopping = {id(state) for state in states}
+        assert self._held is not None
+        kept: list[tuple[int, list[Work]]] = []
+        for worker, works in self._held:
+            remaining = [work for work in works if id(work[0]) not in stopping]
+            for state, _entry in works:
+                if id(state) in stopping:
+                    state.running -= 1
+            if remaining:
+                kept.append((worker, remaining))
+        self._held = kept
+        self._idle.notify_all()
+
+    def wait_drained(
+        self,
+        states: list[PartitionState],
+        timeout: float,
+        tick: Callable[[], None] | None = None,
+    ) -> bool:
+        """Wait until no entry of ``states`` is owned by a worker or a write; False on timeout.
+
+        ``tick`` runs (outside the lock) every few milliseconds while waiting. The poll loop
+        passes the care it normally gives between polls (settling successes that a busy thread
+        holds, letting idle threads take queued records): a drain blocks the poll thread, and
+        without that care it waited for work that only the poll thread would have moved.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
                 remaining = deadline - time.monotonic()
+                if not any(s.running > 0 for s in states):
+                    return True
                 if remaining <= 0:
                     return False
-                self._idle.wait(remaining)
-            return True
+                self._idle.wait(min(remaining, _DRAIN_TICK) if tick is not None else remaining)
+            if tick is not None:
+                tick()
 
     def remove(self, states: Iterable[PartitionState]) -> None:
+        states = list(states)
         with self.lock:
+            if self._held:
+                self._drop_held(states)
             for state in states:
                 state.phase = Phase.GONE
                 if state.window is not None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from keyshared.core.poison import DeserializationError, PoisonPolicy, Retry, decide
 from keyshared.core.window import Entry
 from keyshared.kafka.partition import PartitionState, Phase
-from keyshared.kafka.settlement import SettlementBuffer
+from keyshared.kafka.settlement import SettlementBuffer, account
 from keyshared.record import Record
 from keyshared.settings import ConsumerOptions
 
@@ -128,19 +128,15 @@ class RecordExecutor:
             ts / 1000.0 if ts_type else None,
             entry.attempt,
             raw_key,
+            None if state.fencing is None else state.fencing(raw_key, entry.offset),
         )
 
     def succeeded(self, state: PartitionState, entry: Entry[Any], elapsed: float) -> None:
-        metrics = state.metrics
-        metrics.processed.inc()
-        metrics.handler_seconds.observe(elapsed)
-        msg = entry.payload
-        ts_type, ts = msg.timestamp()
-        if ts_type:
-            metrics.end_to_end_seconds.observe(max(0.0, time.time() - ts / 1000.0))
-        if not entry.offset & 7:  # sampled like the busiest-key sketch
-            state.slowest.add(msg.key() or b"", elapsed * 8)
-        self._dispatcher.finish(state, entry)
+        """A success settled at once (asyncio and pull style: no per-thread buffer)."""
+        try:
+            account([(state, entry, elapsed)])
+        finally:
+            self._dispatcher.finish(state, entry)
 
     def failed(self, state: PartitionState, entry: Entry[Any], exc: BaseException) -> None:
         state.metrics.failed.inc()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from keyshared.core.hotkeys import SpaceSaving
 from keyshared.metrics.server import key_text
 
 if TYPE_CHECKING:
@@ -23,10 +22,10 @@ def render_key(key: bytes | None) -> str:
     return "<null>" if text is None else text
 
 
-def _top(sketch: SpaceSaving, n: int) -> list[dict[str, object]]:
+def _top(ranked: list[tuple[bytes, float, float]]) -> list[dict[str, object]]:
     return [
         {"key": render_key(key), "weight": round(count, 6), "error": round(err, 6)}
-        for key, count, err in sketch.top(n)
+        for key, count, err in ranked
     ]
 
 
@@ -35,14 +34,15 @@ def hot_keys_report(loop: PollLoop | None, n: int = 10) -> dict[str, object]:
         return {"partitions": []}
     partitions = []
     for state in list(loop.states.values()):
+        busiest, slowest = state.stats.top(n)
         partitions.append(
             {
                 "topic": state.topic,
                 "partition": state.partition,
-                "hottest_share": round(state.busiest.share_of_top(), 6),
-                "busiest": _top(state.busiest, n),
-                "slowest_seconds": _top(state.slowest, n),
-                "blocked": [render_key(k) for k in list(state.blocked)],
+                "hottest_share": round(state.stats.hot_key_share(), 6),
+                "busiest": _top(busiest),
+                "slowest_seconds": _top(slowest),
+                "blocked": [render_key(k) for k in list(state.blocked_keys())],
                 "parked": [render_key(k) for k in list(state.parked)],
             }
         )

@@ -20,8 +20,10 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from keyshared.core.offsets import decode_finished
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.dispatcher import Dispatcher
+from keyshared.kafka.group_membership import KafkaGroupMembership
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.partition import PartitionState, Phase
+from keyshared.kafka.seams import CursorStore, Membership, PollInbox
 from keyshared.metrics import ConsumerMetrics
 from keyshared.settings import ConsumerOptions
 
@@ -50,6 +52,9 @@ class PollLoop:
         stop_event: threading.Event,
         worker_depths: Callable[[], list[int]] = list,
         nudge_workers: Callable[[], None] = lambda: None,
+        membership: Membership | None = None,
+        cursor_store: CursorStore | None = None,
+        inbox: PollInbox | None = None,
     ) -> None:
         self._consumer = consumer
         self._topics = topics
@@ -61,6 +66,9 @@ class PollLoop:
         self._worker_depths = worker_depths
         self._nudge_workers = nudge_workers
         self._committer = Committer(consumer, metrics, dispatcher.lock, self._state_of)
+        self._membership = membership or KafkaGroupMembership()
+        self._cursors: CursorStore = cursor_store or self._committer
+        self.inbox = inbox or PollInbox()
         self.states: dict[TP, PartitionState] = {}
         self._paused: set[TP] = set()
 
@@ -74,12 +82,7 @@ class PollLoop:
     # -- main loop -----------------------------------------------------------------------------
 
     def run(self) -> None:
-        self._consumer.subscribe(
-            self._topics,
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        self._membership.join(self._consumer, self._topics, self)
         interval = self._options.commit_interval
         next_commit = time.monotonic() + interval
         next_sample = time.monotonic() + _SAMPLE_INTERVAL
@@ -87,17 +90,21 @@ class PollLoop:
             messages = self._consumer.consume(_BATCH, _IDLE_POLL)
             if messages:
                 self._admit(messages)
+            if self.inbox:
+                self.inbox.run_pending()
+            self._membership.tick()
             self._apply_backpressure()
             self._nudge_workers()
             now = time.monotonic()
             if now >= next_commit:
                 self._observe_positions()
-                self._committer.commit_async(self.states.values())
+                self._cursors.commit_async(self.states.values())
                 next_commit = now + interval
             if now >= next_sample:
                 self.sample_metrics()
                 next_sample = now + _SAMPLE_INTERVAL
         self._shutdown()
+        self._membership.leave()
 
     def _admit(self, messages: list[Any]) -> None:
         by_partition: dict[TP, list[Any]] = defaultdict(list)
@@ -182,60 +189,67 @@ class PollLoop:
                     in_flight=window.in_flight if window else 0,
                     waiting=window.waiting if window else 0,
                     busy_keys=window.busy_keys if window else 0,
-                    blocked_keys=len(state.blocked) + len(state.parked),
+                    blocked_keys=len(state.blocked_keys()) + len(state.parked),
                     paused=state.tp in self._paused,
                     safe_cursor=window.safe_cursor if window else (state.committed or 0),
                     committed=state.committed,
                     high_watermark=state.high_watermark,
                     oldest_incomplete_age=blocker.age if blocker else 0.0,
-                    hot_key_share=state.busiest.share_of_top(),
+                    hot_key_share=state.stats.hot_key_share(),
                 )
-            if now - state.sketches_since > _HOT_KEY_WINDOW:
+            if now - state.stats.since > _HOT_KEY_WINDOW:
                 # The sketches describe recent traffic, not the partition's whole history.
-                state.busiest.clear()
-                state.slowest.clear()
-                state.sketches_since = now
+                state.stats.reset(now)
 
-    # -- rebalance callbacks (called from within consume, on this thread) ----------------------
+    # -- membership events (on this thread: rebalance callbacks are served inside consume) ----
 
-    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+    def assigned(self, partitions: list[TP]) -> None:
+        """New partitions: read their committed cursors and parked keys, then dispatch.
+
+        Partitions that arrive while stopping are draining from the start: nothing of theirs
+        runs, and records delivered for them are given back.
+        """
         self._metrics.rebalance("assigned")
         stopping = self._stop.is_set()
         if not partitions:
             return
-        committed = consumer.committed(partitions, timeout=self._options.startup_timeout)
+        starts = self._cursors.starting_points(partitions, self._options.startup_timeout)
         parked: dict[TP, set[bytes | None]] = {}
         if self._keystate is not None:
-            parked = self._keystate.load(
-                [(tp.topic, tp.partition) for tp in partitions], self._options.startup_timeout
-            )
-        for tp in committed:
-            offset = tp.offset if tp.offset >= 0 else None
-            metadata = tp.metadata or ""
+            parked = self._keystate.load(partitions, self._options.startup_timeout)
+        for key in partitions:
+            offset, metadata = starts.get(key, (None, ""))
             done = decode_finished(offset, metadata) if offset is not None else frozenset()
-            key = (tp.topic, tp.partition)
             self.states[key] = PartitionState(
-                tp.topic,
-                tp.partition,
-                self._metrics.partition(tp.topic, tp.partition),
+                key[0],
+                key[1],
+                self._metrics.partition(*key),
                 committed=offset,
                 committed_metadata=metadata,
                 already_done=done,
                 parked=set(parked.get(key, ())),
-                phase=Phase.DRAINING if stopping else Phase.ACTIVE,  # assigned mid-shutdown
+                phase=Phase.DRAINING if stopping else Phase.ACTIVE,
             )
-        log.info("assigned %s", ", ".join(_describe(tp, done_count=None) for tp in committed))
+        log.info(
+            "assigned %s",
+            ", ".join(f"{t}[{p}]@{_at(starts.get((t, p), (None, ''))[0])}" for t, p in partitions),
+        )
 
-    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+    def revoked(self, partitions: list[TP]) -> bool:
+        """Partitions handed to another member: drain, commit, then let them go.
+
+        Returns whether everything in flight there finished within the drain timeout.
+        """
         self._metrics.rebalance("revoked")
-        revoked = [s for tp in partitions if (s := self.states.pop((tp.topic, tp.partition), None))]
+        revoked = [s for tp in partitions if (s := self.states.pop(tp, None))]
         if not revoked:
-            return
-        self._drain_and_commit(revoked, reason="revoke")
+            return True
+        return self._drain_and_commit(revoked, reason="revoke")
 
-    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+    def lost(self, partitions: list[TP]) -> None:
+        """Partitions taken away without a revoke (session lost): commit nothing."""
         self._metrics.rebalance("lost")
-        lost = [s for tp in partitions if (s := self.states.pop((tp.topic, tp.partition), None))]
+        lost = [s for tp in partitions if (s := self.states.pop(tp, None))]
         log.warning(
             "lost %s: in-flight results will be discarded, nothing committed",
             ", ".join(str(s) for s in lost),
@@ -243,11 +257,13 @@ class PollLoop:
         self._dispatcher.remove(lost)
         self._forget(lost)
 
-    def _drain_and_commit(self, states: list[PartitionState], reason: str) -> None:
+    def _drain_and_commit(self, states: list[PartitionState], reason: str) -> bool:
         """Wait for what runs (bounded), commit synchronously, then let the partitions go."""
         self._dispatcher.stop_dispatching(states)
         started = time.monotonic()
-        drained = self._dispatcher.wait_drained(states, self._options.drain_timeout)
+        drained = self._dispatcher.wait_drained(
+            states, self._options.drain_timeout, tick=self._nudge_workers
+        )
         elapsed = time.monotonic() - started
         self._metrics.drain(elapsed, not drained)
         if not drained:
@@ -259,10 +275,11 @@ class PollLoop:
                 elapsed,
             )
         self._observe_positions_for(states)
-        self._committer.commit_sync(states)
+        self._cursors.commit_sync(states)
         self._dispatcher.remove(states)
         self._forget(states)
         log.info("%s: released %s after %.3fs", reason, ", ".join(map(str, states)), elapsed)
+        return drained
 
     def _observe_positions_for(self, states: list[PartitionState]) -> None:
         saved = self.states
@@ -296,7 +313,7 @@ class PollLoop:
         while True:
             self._pause_everything()
             live = list(self.states.values())  # a revoke meanwhile drains and commits its own
-            drained = self._dispatcher.wait_drained(live, 0.05)
+            drained = self._dispatcher.wait_drained(live, 0.05, tick=self._nudge_workers)
             if drained or time.monotonic() >= deadline:
                 break
             self._serve_group()
@@ -312,7 +329,7 @@ class PollLoop:
             live = list(self.states.values())
             self._dispatcher.stop_dispatching(live)  # partitions assigned during the stop
             self._observe_positions_for(live)
-            if self._committer.commit_sync(live) or time.monotonic() >= deadline:
+            if self._cursors.commit_sync(live) or time.monotonic() >= deadline:
                 break
             log.info("shutdown: retrying the final commit once the group settles")
             self._serve_group()
@@ -330,13 +347,17 @@ class PollLoop:
             log.debug("pause during shutdown failed: %s", exc)
 
     def _serve_group(self) -> None:
-        """Let librdkafka serve rebalances and callbacks; records it returns are not admitted
-        (every state is draining) and will be redelivered from the committed cursor."""
-        for msg in self._consumer.consume(100, 0.1):
-            err = msg.error()
-            if err is not None and err.fatal():
-                raise KafkaException(err)
+        """Let librdkafka serve rebalances and callbacks while the stop drains.
+
+        Records it still returns (fetched before the pause took effect) are given back, not
+        run: every state is draining, so the dispatcher holds each cursor below the first of
+        them and the next owner gets them from the committed offset.
+        """
+        messages = self._consumer.consume(100, 0.1)
+        if messages:
+            self._admit(messages)
+        self._pause_everything()
 
 
-def _describe(tp: TopicPartition, done_count: int | None) -> str:
-    return f"{tp.topic}[{tp.partition}]@{tp.offset if tp.offset >= 0 else 'start'}"
+def _at(offset: int | None) -> str:
+    return "start" if offset is None else str(offset)

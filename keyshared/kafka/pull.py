@@ -49,6 +49,15 @@ class PullQueue:
         self._tokens = itertools.count()
         self._lock = threading.Lock()
 
+    def bind(self, executor: RecordExecutor) -> None:
+        self.executor = executor
+
+    def nudge(self) -> None:
+        """Nothing to do: the application pulls."""
+
+    def on_draining(self, states: list[Any]) -> None:
+        self.purge(states)
+
     def submit(self, worker: int, works: list[Work]) -> None:
         for work in works:
             self._ready.put(work)

@@ -21,6 +21,7 @@ always settle, so a success still waits at most about a poll-loop iteration.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +31,9 @@ from keyshared.core.window import Entry
 from keyshared.kafka.partition import PartitionState
 from keyshared.metrics.batch import observe_many
 
-__all__ = ["SettlementBuffer"]
+__all__ = ["SettlementBuffer", "Success", "account"]
+
+log = logging.getLogger(__name__)
 
 Success = tuple[PartitionState, Entry[Any], float]  # state, entry, handler seconds
 
@@ -114,19 +117,38 @@ class SettlementBuffer:
             pending.next_try = _MAX_PENDING
         if not successes:
             return
-        # Metrics first, so that whoever sees a record finished also sees it counted.
-        by_state: dict[int, list[Success]] = {}
-        for success in successes[accounted:]:
-            by_state.setdefault(id(success[0]), []).append(success)
-        now = time.time()
-        for group in by_state.values():
-            _account(group, now)
-        if not self._finish_many([(state, entry) for state, entry, _ in successes], wait=wait):
-            with pending.lock:  # the lock was busy: keep them, oldest first, for next time
-                pending.successes[:0] = successes
-                pending.accounted = len(successes)
-                pending.next_try = len(pending.successes) + _MAX_PENDING
-                pending.retry_at = time.monotonic() + _MAX_AGE / 4
+        # Out of the buffer now, so from here they must reach finish_many whatever happens:
+        # a success lost here keeps its key busy and the cursor pinned for good.
+        try:
+            # Metrics first, so that whoever sees a record finished also sees it counted.
+            account(successes[accounted:])
+        except Exception:
+            log.exception("recording metrics of %d successes failed", len(successes))
+        finally:
+            works = [(state, entry) for state, entry, _ in successes]
+            if not self._finish_many(works, wait=wait):
+                with pending.lock:  # the lock was busy: keep them, oldest first, for next time
+                    pending.successes[:0] = successes
+                    pending.accounted = len(successes)
+                    pending.next_try = len(pending.successes) + _MAX_PENDING
+                    pending.retry_at = time.monotonic() + _MAX_AGE / 4
+
+
+def account(successes: list[Success]) -> None:
+    """Record the metrics of successes (any partitions), in bulk per partition.
+
+    The one place a success is counted, for thread workers (in batches) and the asyncio
+    runner (one at a time) alike.
+    """
+    if len(successes) == 1:
+        _account(successes, time.time())
+        return
+    by_state: dict[int, list[Success]] = {}
+    for success in successes:
+        by_state.setdefault(id(success[0]), []).append(success)
+    now = time.time()
+    for group in by_state.values():
+        _account(group, now)
 
 
 def _account(successes: list[Success], now: float) -> None:
@@ -136,11 +158,14 @@ def _account(successes: list[Success], now: float) -> None:
     metrics.processed.inc(len(successes))
     observe_many(metrics.handler_seconds, [elapsed for _, _, elapsed in successes])
     end_to_end = []
+    slow: list[tuple[bytes, float]] = []
     for _, entry, elapsed in successes:
         msg = entry.payload
         ts_type, ts = msg.timestamp()
         if ts_type:
             end_to_end.append(max(0.0, now - ts / 1000.0))
         if not entry.offset & 7:  # sampled like the busiest-key sketch
-            state.slowest.add(msg.key() or b"", elapsed * 8)
+            slow.append((msg.key() or b"", elapsed * 8))
     observe_many(metrics.end_to_end_seconds, end_to_end)
+    if slow:
+        state.stats.note_slow(slow)

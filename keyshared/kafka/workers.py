@@ -19,7 +19,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from keyshared.kafka.execution import RecordExecutor
 
 __all__ = ["AsyncRunner", "ThreadWorkers"]
 
@@ -46,7 +49,7 @@ class ThreadWorkers:
     def __init__(
         self,
         count: int,
-        run_one: Callable[[Any], None],
+        run_one: Callable[[Any], None] = lambda work: None,
         name: str = "keyshared-worker",
         steal_after: float = 0.005,
         on_idle: Callable[[], None] = lambda: None,
@@ -69,6 +72,14 @@ class ThreadWorkers:
     @property
     def count(self) -> int:
         return len(self._queues)
+
+    def bind(self, executor: RecordExecutor) -> None:
+        """Run records with ``executor``; a thread out of work settles its held successes."""
+        self._run_one = executor.run
+        self._on_idle = executor.settlements.flush_mine
+
+    def on_draining(self, states: list[Any]) -> None:
+        """Nothing to do: queued records of a draining partition are abandoned when taken."""
 
     def submit(self, worker: int, works: list[Any]) -> None:
         self._queues[worker].extend(works)
@@ -125,7 +136,6 @@ class ThreadWorkers:
         own = self._queues[index]
         doorbell = self._doorbells[index]
         busy = self._busy_since
-        run_one = self._run_one
         clock = time.monotonic
         while True:
             self._sleeping[index] = True
@@ -133,6 +143,7 @@ class ThreadWorkers:
             self._sleeping[index] = False
             if self._closed:
                 return
+            run_one = self._run_one  # bound before the first record is submitted
             while True:
                 try:
                     work = own.popleft()
@@ -167,7 +178,7 @@ class AsyncRunner:
     def __init__(
         self,
         concurrency: int,
-        run_one: Callable[[Any], Awaitable[None]],
+        run_one: Callable[[Any], Awaitable[None]] | None = None,
         name: str = "keyshared-asyncio",
     ) -> None:
         self._run_one = run_one
@@ -184,6 +195,15 @@ class AsyncRunner:
     @property
     def count(self) -> int:
         return self._concurrency
+
+    def bind(self, executor: RecordExecutor) -> None:
+        self._run_one = executor.run_async
+
+    def on_draining(self, states: list[Any]) -> None:
+        """Nothing to do: a waiting coroutine of a draining partition abandons its record."""
+
+    def nudge(self) -> None:
+        """Nothing to do: one event loop has no queue to steal from."""
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -212,6 +232,7 @@ class AsyncRunner:
         async with self._semaphore:
             self._waiting -= 1
             try:
+                assert self._run_one is not None, "bind() an executor before submitting"
                 await self._run_one(work)
             except BaseException:
                 log.exception("keyshared async task failed unexpectedly")

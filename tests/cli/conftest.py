@@ -8,14 +8,12 @@ purpose, such as a cursor left on a transaction marker, by a plain commit).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
 from click import Command
 from click.testing import CliRunner, Result
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from keyshared.dev.testing import GroupFactory, create_topic, delete_topics
@@ -55,28 +53,6 @@ def dlq_for(kafka_bootstrap: str) -> Iterator[Callable[[str], str]]:
     delete_topics(admin, made)
 
 
-def produce(
-    bootstrap: str, topic: str, records: Sequence[tuple[int, bytes | None, bytes]]
-) -> dict[int, list[int]]:
-    """Produce ``(partition, key, value)`` in order (idempotent); offsets by partition."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    offsets: dict[int, list[int]] = {}
-
-    def delivered(err: Any, msg: Any) -> None:
-        assert err is None, err
-        offsets.setdefault(msg.partition(), []).append(msg.offset())
-
-    for partition, key, value in records:
-        producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered)
-    assert producer.flush(WAIT) == 0
-    return {p: sorted(o) for p, o in offsets.items()}
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def committed_to_end(bootstrap: str, group: str, topic: str, partitions: int) -> bool:

@@ -19,9 +19,8 @@ from tests.cli.conftest import (
     committed_to_end,
     invoke,
     invoke_json,
-    produce,
-    wait_until,
 )
+from tests.helpers import produce, wait_until
 
 # -- pure parts (no broker) --------------------------------------------------------------------
 

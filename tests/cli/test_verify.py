@@ -20,9 +20,8 @@ from tests.cli.conftest import (
     committed_to_end,
     invoke,
     invoke_json,
-    produce,
-    wait_until,
 )
+from tests.helpers import produce, wait_until
 
 
 def _records(partitions: int, per_partition: int) -> list[tuple[int, bytes | None, bytes]]:

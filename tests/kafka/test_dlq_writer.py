@@ -19,6 +19,7 @@ from keyshared.dev.testing import TopicFactory, create_topic, delete_topics, uni
 from keyshared.kafka.dlq import DeadLetterWriter, DlqHeader
 from keyshared.kafka.scheduler import Scheduler
 from keyshared.metrics import ConsumerMetrics
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -74,12 +75,6 @@ def written(metrics: ConsumerMetrics, dlq_topic: str) -> float:
     labels = {"group": metrics.group, "member": metrics.member, "dlq_topic": dlq_topic}
     return REGISTRY.get_sample_value("keyshared_dlq_writes_total", labels) or 0.0
 
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 class Acks:

@@ -4,7 +4,6 @@ one process reaches another, null and empty keys stay distinct, the topic is com
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ from keyshared.cli.release import release
 from keyshared.dev.testing import GroupFactory, delete_topics
 from keyshared.kafka.keystate import KeyStateStore, decode_key, encode_key, topic_for
 from keyshared.kafka.scheduler import Scheduler
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -72,12 +72,6 @@ def open_store(
     for store in stores:
         store.close()
 
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def park(store: KeyStateStore, topic: str, partition: int, key: bytes | None, offset: int) -> None:

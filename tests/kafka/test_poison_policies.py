@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 
@@ -25,6 +25,8 @@ from keyshared.dev.testing import GroupFactory, TopicFactory, create_topic, dele
 from keyshared.kafka.dlq import DlqHeader
 from keyshared.kafka.keystate import KeyStateStore, topic_for
 from keyshared.kafka.scheduler import Scheduler
+from tests.helpers import produce as shared_produce
+from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Running, consumers_for
 
 pytestmark = pytest.mark.integration
@@ -84,17 +86,7 @@ def group(new_group: GroupFactory, kafka_bootstrap: str) -> Iterator[str]:
 
 def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> list[int]:
     """Produce ``(key, value)`` records to partition 0, in order; return their offsets."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    offsets: list[int] = []
-
-    def delivered(err: Any, msg: Any) -> None:
-        assert err is None, err
-        offsets.append(msg.offset())
-
-    for key, value in records:
-        producer.produce(topic, key=key, value=value, partition=0, on_delivery=delivered)
-    assert producer.flush(WAIT) == 0
-    return sorted(offsets)
+    return shared_produce(bootstrap, topic, [(0, k, v) for k, v in records], WAIT).get(0, [])
 
 
 def committed(bootstrap: str, group: str, topic: str) -> int | None:
@@ -105,12 +97,6 @@ def committed(bootstrap: str, group: str, topic: str) -> int | None:
     finally:
         consumer.close()
 
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def read_dlq(bootstrap: str, topic: str, count: int) -> list[Any]:

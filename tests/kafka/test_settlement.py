@@ -125,3 +125,51 @@ def test_stale_successes_of_a_busy_thread_are_settled_by_another_thread() -> Non
 
     assert finish.settled == [7]
     assert _processed(state) == 1
+
+
+class _BrokenTimestamp(_Msg):
+    def timestamp(self) -> tuple[int, int]:
+        raise RuntimeError("metrics blew up")
+
+
+def test_an_exception_while_accounting_never_loses_the_successes() -> None:
+    """Successes are taken out of the buffer before their metrics are recorded: if recording
+    raises, they must still be settled, or their keys stay busy and the cursor pinned for good
+    (issue 10, item 2)."""
+    finish = FakeFinish()
+    buffer = SettlementBuffer(finish)
+    state = _state()
+    buffer.add(state, Entry(0, b"k", 0, _BrokenTimestamp(), 0.0, True), 0.001)
+    buffer.add(state, _entry(1), 0.001)
+    buffer.flush_mine()
+
+    assert finish.settled == [0, 1]
+
+
+def test_the_slowest_key_sketch_is_safe_against_a_concurrent_clear() -> None:
+    """Workers add to the slowest-key sketch while the poll thread clears it every minute."""
+    state = _state()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def clear() -> None:
+        while not stop.is_set():
+            state.stats.reset()
+
+    def add() -> None:
+        try:
+            for i in range(20_000):
+                state.stats.note_slow([(b"k%d" % (i % 500), 0.001)])
+        except BaseException as exc:
+            errors.append(exc)
+
+    clearer = threading.Thread(target=clear)
+    clearer.start()
+    adders = [threading.Thread(target=add) for _ in range(3)]
+    for thread in adders:
+        thread.start()
+    for thread in adders:
+        thread.join(60)
+    stop.set()
+    clearer.join(10)
+    assert errors == []

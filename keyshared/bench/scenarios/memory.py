@@ -82,6 +82,20 @@ def run_memory(ctx: BenchContext) -> ScenarioResult:
                 },
             )
         )
+    ctx.say("memory: one key stuck, everything else fast")
+    stuck = _probe(ctx, "stuck", records, key_count, workers)
+    grown_mb = (stuck["after"] - stuck["before"]) / 2**20
+    result.add(
+        Measurement(
+            f"one key stuck, default max_window: {stuck['entries']} of {records} records "
+            "admitted before the partition paused",
+            records=stuck["entries"],
+            kind="measured",
+            value=round(grown_mb, 1),
+            unit="MiB RSS growth",
+            extra={"cursor": stuck["cursor"]},
+        )
+    )
     result.ratio("keyshared_vs_raw_bytes_per_entry", per_entry["keyshared"], per_entry["raw"])
     result.ratios["keyshared_overhead_bytes_per_entry"] = round(
         per_entry["keyshared"] - per_entry["raw"], 1

@@ -110,7 +110,10 @@ def consumers_for(
 class Recorder:
     """A handler that journals ``S``/``E`` events; the value is the per-key sequence number."""
 
-    def __init__(self, work: Callable[[keyshared.Record], None] | None = None) -> None:
+    def __init__(
+        self, work: Callable[[keyshared.Record], None] | None = None, pid: int | None = None
+    ) -> None:
+        self.pid = os.getpid() if pid is None else pid  # members in one process: one id each
         self.events: list[Event] = []
         self._lock = threading.Lock()
         self._work = work
@@ -122,7 +125,7 @@ class Recorder:
             kind,
             record.raw_key,
             int(record.value),
-            os.getpid(),
+            self.pid,
             record.partition,
             record.offset,
             time.monotonic_ns(),

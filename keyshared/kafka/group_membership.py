@@ -1,0 +1,38 @@
+"""Partition mode's membership: the Kafka consumer group and its rebalance callbacks.
+
+The group decides who owns which partition; this adapter only turns librdkafka's callbacks
+(served inside ``consume``, on the poll thread) into the poll loop's membership events. The
+ZooKeeper coordinator offers the same events from its own membership.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from keyshared.kafka.seams import MembershipEvents
+
+__all__ = ["KafkaGroupMembership"]
+
+
+def _tps(partitions: list[TopicPartition]) -> list[tuple[str, int]]:
+    return [(tp.topic, tp.partition) for tp in partitions]
+
+
+class KafkaGroupMembership:
+    """Subscribes the consumer; assign, revoke and loss go to ``events`` as they happen."""
+
+    def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
+        consumer.subscribe(
+            topics,
+            on_assign=lambda _c, partitions: events.assigned(_tps(partitions)),
+            on_revoke=lambda _c, partitions: events.revoked(_tps(partitions)),
+            on_lost=lambda _c, partitions: events.lost(_tps(partitions)),
+        )
+
+    def tick(self) -> None:
+        """Nothing to do: the group's protocol runs inside ``consume``."""
+
+    def leave(self) -> None:
+        """Nothing to do: closing the consumer leaves the group."""

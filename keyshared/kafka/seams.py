@@ -1,0 +1,228 @@
+"""The seams of the consumer: what the poll loop and the dispatcher need from the outside.
+
+Partition mode fills each with the Kafka group's own parts; the ZooKeeper coordinator plugs
+its own in without the poll loop knowing which it talks to:
+
+======================  =====================================  ===============================
+seam                    partition mode (today)                 with the coordinator
+======================  =====================================  ===============================
+:class:`Membership`     the Kafka group's rebalance callbacks  ZooKeeper members and ranges
+:class:`Ownership`      the static key filters                 "is this key's slot mine?"
+:class:`CursorStore`    Kafka offset commits                   commits fenced by a lease
+:class:`Runner`         thread pool / asyncio loop / pull      (unchanged)
+:class:`PollInbox`      (unused)                               kazoo's thread asks the poll
+                                                               thread to pause, drain, commit
+======================  =====================================  ===============================
+
+Each protocol says which thread calls it. The poll thread is the only one that touches the
+Kafka consumer, so everything that another thread wants done with it goes through the inbox.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from keyshared.core.filters import KeyFilter
+
+if TYPE_CHECKING:
+    from keyshared.kafka.dispatcher import Dispatcher
+    from keyshared.kafka.execution import RecordExecutor
+    from keyshared.kafka.partition import PartitionState
+    from keyshared.metrics import ConsumerMetrics
+    from keyshared.settings import ConsumerOptions
+
+__all__ = [
+    "Accepts",
+    "Coordination",
+    "CursorStore",
+    "KeyFilterOwnership",
+    "Membership",
+    "MembershipEvents",
+    "Ownership",
+    "Plug",
+    "PlugContext",
+    "PollInbox",
+    "Runner",
+]
+
+log = logging.getLogger(__name__)
+
+Accepts = Callable[[bytes | None, int], bool]  # (raw key, offset) -> run it here?
+Work = tuple["PartitionState", Any]
+
+
+class Runner(Protocol):
+    """Where handlers run. ``submit`` is called under the dispatcher's lock: it must not block.
+
+    The runner is built before the executor that runs records (the executor needs the
+    dispatcher, which needs ``submit``), so the executor arrives through :meth:`bind`.
+    """
+
+    @property
+    def count(self) -> int: ...
+
+    def bind(self, executor: RecordExecutor) -> None: ...
+
+    def submit(self, worker: int, works: list[Work]) -> None: ...
+
+    def depth(self, worker: int) -> int: ...
+
+    def on_draining(self, states: list[PartitionState]) -> None:
+        """Partitions stopped dispatching: drop what is queued for them and not started."""
+
+    def nudge(self) -> None:
+        """Periodic care from the poll thread (threads: take over queues of stuck ones)."""
+
+    def close(self) -> None: ...
+
+
+class Ownership(Protocol):
+    """Which records of a partition this member runs; the rest count as done on arrival.
+
+    Called on the poll thread, under the dispatcher's lock, once per admitted batch: the
+    returned predicate (or None for "every record") is then applied per record, so an owner
+    check costs nothing where nothing is filtered. It takes the offset as well as the key
+    because a range that changed hands resumes at its previous holder's cursor: records of it
+    below that cursor are done already, though this member reads them again.
+    """
+
+    def admission(self, state: PartitionState) -> Accepts | None: ...
+
+
+class KeyFilterOwnership:
+    """Partition mode: the member owns every record of its partitions its key filters accept."""
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self._filter = KeyFilter(patterns)
+        self._accepts: Accepts | None = None
+        if not self._filter.accepts_all:
+            accepts_key = self._filter.accepts
+            self._accepts = lambda key, _offset: accepts_key(key)
+
+    def admission(self, state: PartitionState) -> Accepts | None:
+        return self._accepts
+
+
+class CursorStore(Protocol):
+    """Where safe cursors come from and go. Called on the poll thread only.
+
+    ``starting_points`` is read when partitions are assigned: per partition the offset to
+    resume at (None: none stored) and the metadata stored with it. ``commit_sync`` is the last
+    word before a partition (or a range) changes hands: True only when the cursor is durably
+    stored. A store that fences (the coordinator) refuses a stale owner's write here, before it
+    reaches Kafka.
+    """
+
+    def starting_points(
+        self, partitions: list[tuple[str, int]], timeout: float
+    ) -> dict[tuple[str, int], tuple[int | None, str]]: ...
+
+    def commit_async(self, states: Iterable[PartitionState]) -> None: ...
+
+    def commit_sync(self, states: Iterable[PartitionState]) -> bool: ...
+
+
+class MembershipEvents(Protocol):
+    """What the poll loop does when ownership changes; membership calls these on the poll
+    thread (from rebalance callbacks, or from the inbox for the coordinator). ``states`` is
+    the live state of each assigned partition (read it on the poll thread only)."""
+
+    states: dict[tuple[str, int], PartitionState]
+
+    def assigned(self, partitions: list[tuple[str, int]]) -> None: ...
+
+    def revoked(self, partitions: list[tuple[str, int]]) -> bool:
+        """Drain and commit; True when everything in flight finished within the timeout."""
+        ...
+
+    def lost(self, partitions: list[tuple[str, int]]) -> None: ...
+
+
+class Membership(Protocol):
+    """Who owns what. Every method is called on the poll thread: ``join`` once before the
+    first poll, ``tick`` once per loop iteration, ``leave`` once after the final commit."""
+
+    def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None: ...
+
+    def tick(self) -> None: ...
+
+    def leave(self) -> None: ...
+
+
+class PollInbox:
+    """Requests from other threads, run by the poll thread between polls.
+
+    kazoo calls its watchers on its own thread, and the Kafka consumer must only be used on
+    the poll thread; the coordinator therefore posts "pause this", "drain that range",
+    "commit now" here instead of acting itself. ``post`` never blocks.
+
+    Example::
+
+        inbox = PollInbox()
+        inbox.post(lambda: print("runs on the poll thread"))
+        inbox.run_pending()   # the poll loop calls this every iteration
+    """
+
+    def __init__(self) -> None:
+        self._requests: deque[Callable[[], None]] = deque()
+        self._wake = threading.Event()
+
+    def post(self, request: Callable[[], None]) -> None:
+        self._requests.append(request)
+        self._wake.set()
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def run_pending(self) -> int:
+        """Run every request posted so far; a failing request is logged, the rest still run."""
+        ran = 0
+        self._wake.clear()
+        while self._requests:
+            request = self._requests.popleft()
+            ran += 1
+            try:
+                request()
+            except Exception:
+                log.exception("a request to the poll thread failed")
+        return ran
+
+
+@dataclass
+class PlugContext:
+    """What a coordinator gets to plug itself into one consumer run."""
+
+    group: str
+    member_id: str
+    topics: list[str]
+    options: ConsumerOptions
+    dispatcher: Dispatcher
+    inbox: PollInbox
+    metrics: ConsumerMetrics
+    request_stop: Callable[[], None]  # ends the run (e.g. after a fatal coordinator error)
+    kafka_config: dict[str, Any]  # the consumer's librdkafka config (reset policy, security)
+
+
+@dataclass
+class Plug:
+    """The seams a coordinator fills for one consumer run; None keeps the partition-mode part."""
+
+    membership: Membership | None = None
+    ownership: Ownership | None = None
+    cursor_store: CursorStore | None = None
+
+
+class Coordination(Protocol):
+    """What ``KeySharedConsumer(coordinator=...)`` accepts: ``coordinator.ZooKeeperCoordinator``.
+
+    ``plug`` is called once per run, on the thread that calls ``run``, after the dispatcher
+    exists and before the first poll. It may refuse the consumer's mode with a
+    ``ConfigurationError``.
+    """
+
+    def plug(self, context: PlugContext) -> Plug: ...

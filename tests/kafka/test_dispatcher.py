@@ -1,0 +1,182 @@
+"""The dispatcher without threads or a broker: admission, settlement, block/release, drains.
+
+Submitted work is collected in a list and finished by the test, so each interleaving is exact.
+The hypothesis state machine in ``test_dispatcher_machine.py`` drives the same class through
+random interleavings; these are the named cases.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import uuid
+import weakref
+from typing import Any
+
+import pytest
+
+from keyshared.core.window import Entry
+from keyshared.kafka.dispatcher import Dispatcher, Work
+from keyshared.kafka.partition import PartitionState
+from keyshared.metrics import ConsumerMetrics
+from keyshared.settings import ConsumerOptions
+from tests.kafka.support.fake_consumer import FakeMessage, records
+
+pytestmark = pytest.mark.unit
+
+
+class Bench:
+    """A dispatcher over one partition whose workers are ``self.submitted``."""
+
+    def __init__(self, **options: Any) -> None:
+        self.options = ConsumerOptions(**options)
+        self.submitted: list[Work] = []
+        self.dispatcher = Dispatcher(self.options, 4, lambda w, works: self.submitted.extend(works))
+        metrics = ConsumerMetrics(f"g-{uuid.uuid4().hex[:8]}", "m")
+        self.state = PartitionState("t", 0, metrics.partition("t", 0), committed=0)
+
+    def admit(self, items: list[tuple[int, bytes | None]]) -> None:
+        self.dispatcher.admit(self.state, records("t", 0, items))
+
+    def take(self, offset: int) -> Entry[Any]:
+        for i, (_, entry) in enumerate(self.submitted):
+            if entry.offset == offset:
+                return self.submitted.pop(i)[1]
+        raise AssertionError(f"offset {offset} not dispatched; have {self.dispatched()}")
+
+    def dispatched(self) -> list[int]:
+        return sorted(e.offset for _, e in self.submitted)
+
+    @property
+    def cursor(self) -> int:
+        assert self.state.window is not None
+        return self.state.window.safe_cursor
+
+
+# -- item 4: max_window bounds memory ---------------------------------------------------------
+
+
+def test_finished_records_above_a_stuck_one_count_towards_the_window_bound() -> None:
+    """One stuck record must not let the window (and the commit metadata) grow without limit:
+    finished records held above the cursor count towards ``max_window``."""
+    b = Bench(max_window=100)
+    b.admit([(0, b"stuck")])
+    b.take(0)  # never finishes
+    for offset in range(1, 200):
+        b.admit([(offset, b"k%d" % offset)])
+        b.dispatcher.finish(b.state, b.take(offset))
+    assert b.state.window is not None
+    assert b.state.window.should_pause(), "199 records held above a stuck cursor, no pause"
+
+
+def test_finished_records_release_their_payload() -> None:
+    """A finished record waiting for the cursor keeps its offset, not its message."""
+    b = Bench()
+    b.admit([(0, b"stuck")])
+    b.take(0)
+    message = FakeMessage("t", 0, 1, b"other", b"x" * 1000)
+    ref = weakref.ref(message)
+    b.dispatcher.admit(b.state, [message])
+    b.dispatcher.finish(b.state, b.take(1))
+    del message
+    gc.collect()
+    assert ref() is None, "a finished record's message is still held by the window"
+    assert b.state.window is not None and b.state.window.finished_above_cursor() == [1]
+
+
+# -- item 5: unordered null keys under block ----------------------------------------------------
+
+
+def test_blocked_null_key_records_are_all_kept_and_all_released() -> None:
+    """Unordered null-key records are independent: blocking two must keep both, and a release
+    of the null key must free both (before: the second overwrote the first, which then held
+    the cursor for good)."""
+    b = Bench(poison="block")
+    b.admit([(0, None), (1, None), (2, b"a")])
+    first, second = b.take(0), b.take(1)
+    b.dispatcher.block(b.state, first, "boom")
+    b.dispatcher.block(b.state, second, "boom")
+    b.dispatcher.finish(b.state, b.take(2))
+    assert b.cursor == 0
+    assert b.dispatcher.release(b.state, None, retry=False) == "blocked"
+    assert b.cursor == 3, "a blocked null-key record was lost: the cursor stays pinned"
+
+
+def test_release_retry_reruns_every_blocked_null_key_record() -> None:
+    b = Bench(poison="block")
+    b.admit([(0, None), (1, None)])
+    for offset in (0, 1):
+        b.dispatcher.block(b.state, b.take(offset), "boom")
+    b.dispatcher.release(b.state, None, retry=True)
+    assert b.dispatched() == [0, 1]
+
+
+# -- item 6: one bad entry does not strand a settled batch ------------------------------------
+
+
+def test_a_bad_entry_in_a_settled_batch_does_not_strand_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    b = Bench()
+    b.admit([(0, b"a"), (1, b"b"), (2, b"a"), (3, b"b")])
+    first_a, first_b = b.take(0), b.take(1)
+    b.dispatcher.finish(b.state, first_a)
+    b.take(2)  # a's next record, now in flight
+    stale: Work = (b.state, first_a)  # settled twice: the window rejects it
+    with caplog.at_level(logging.ERROR):
+        b.dispatcher.finish_many([stale, (b.state, first_b)])
+    assert 3 in b.dispatched(), "b's next record was stranded behind the bad entry"
+    assert "t[0]@0" in caplog.text
+
+
+# -- drains -------------------------------------------------------------------------------------
+
+
+def test_draining_partition_gives_back_delivered_records_and_holds_the_cursor() -> None:
+    b = Bench()
+    b.admit([(0, b"a")])
+    b.dispatcher.stop_dispatching([b.state])
+    b.admit([(1, b"b"), (2, b"c")])
+    assert b.dispatched() == [0]
+    b.dispatcher.finish(b.state, b.take(0))
+    assert b.state.window is not None
+    b.state.window.observe_position(3)
+    assert b.cursor == 1, "the cursor passed records delivered while draining"
+
+
+def test_wait_drained_runs_the_tick_while_waiting() -> None:
+    b = Bench()
+    b.admit([(0, b"a")])
+    entry = b.take(0)
+    b.dispatcher.stop_dispatching([b.state])
+    ticks = []
+
+    def tick() -> None:
+        ticks.append(1)
+        b.dispatcher.finish(b.state, entry)  # what a flush of held successes does
+
+    assert b.dispatcher.wait_drained([b.state], 5.0, tick=tick)
+    assert ticks
+
+
+# -- paused dispatch (the coordinator lost its connection) --------------------------------------
+
+
+def test_paused_dispatch_starts_nothing_then_resumes_what_became_ready() -> None:
+    b = Bench()
+    b.dispatcher.pause_dispatch()
+    b.admit([(0, b"a"), (1, b"b"), (2, b"a")])
+    assert b.submitted == [], "a record started while dispatch was paused"
+    b.dispatcher.resume_dispatch()
+    assert b.dispatched() == [0, 1]  # 2 waits behind 0, its key's predecessor
+
+
+def test_records_held_by_a_paused_dispatch_never_run_once_their_partition_drains() -> None:
+    b = Bench()
+    b.dispatcher.pause_dispatch()
+    b.admit([(0, b"a"), (1, b"b")])
+    b.dispatcher.stop_dispatching([b.state])
+    assert b.dispatcher.wait_drained([b.state], 1.0), "held records counted as running"
+    b.dispatcher.resume_dispatch()
+    assert b.submitted == []
+    assert b.cursor == 0, "the cursor passed records that never ran"

@@ -1,0 +1,129 @@
+"""The poll loop against a scripted consumer: shutdown, revoke, loss and commit interleavings.
+
+No broker: :class:`FakeConsumer` serves assignments, records and commit outcomes exactly when
+the script says, and the test finishes records by hand. The real-broker tests
+(``test_consumer_*``, ``test_rebalance_protocols``) prove the same paths end to end.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from confluent_kafka import KafkaError
+
+from keyshared.kafka.settlement import SettlementBuffer
+from keyshared.settings import ConsumerOptions
+from tests.kafka.support.fake_consumer import records
+from tests.kafka.support.loop_harness import LoopHarness
+
+pytestmark = pytest.mark.unit
+
+T0, T1 = ("t", 0), ("t", 1)
+
+
+def keyed(partition: int, offsets: range, key: bytes = b"k") -> list[object]:
+    """Records of ``t[partition]`` with a distinct key per offset (all may run at once)."""
+    return records("t", partition, [(o, key + b"%d" % o) for o in offsets])
+
+
+def test_shutdown_never_commits_past_records_delivered_while_draining() -> None:
+    """Records fetched while the loop drains for a stop are not processed: the final commit
+    must stay below them, so the next owner gets them (issue 10, item 1)."""
+    h = LoopHarness()
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(0, range(0, 1)))  # offset 0 in flight
+    h.fake.then(h.stop.set)
+    # While the shutdown drains: records 1..4 arrive anyway (fetched before the pause) ...
+    h.fake.then_deliver(keyed(0, range(1, 5)))
+    # ... then the in-flight record finishes and the drain completes.
+    h.fake.then(lambda: h.finish(0))
+    h.run()
+    assert h.committed(0) == 1, "the commit passed records 1..4, which nobody processed"
+
+
+def test_partition_assigned_during_shutdown_commits_no_further_than_its_committed_offset() -> None:
+    h = LoopHarness()
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(0, range(0, 1)))
+    h.fake.then(h.stop.set)
+    h.fake.then_assign(T1, committed={T1: (5, "")})  # arrives while stopping: draining at once
+    h.fake.then_deliver(keyed(1, range(5, 10)))  # delivered, never dispatched
+    h.fake.then(lambda: h.finish(0))
+    h.run()
+    assert h.committed(0) == 1
+    assert h.committed(1) in (None, 5), "t[1] was committed past records it never processed"
+    assert h.offsets() == [], "a record of a partition assigned while stopping was dispatched"
+
+
+def test_revoke_drain_settles_successes_held_by_a_busy_thread() -> None:
+    """A success buffered on a thread that went on to run a slow handler must not hold the
+    revoke until ``drain_timeout`` (issue 10, item 3)."""
+    h = LoopHarness(options=ConsumerOptions(drain_timeout=5.0))
+    settlements = SettlementBuffer(h.dispatcher.finish_many)
+    h.nudge = settlements.flush_stale
+    buffered = threading.Event()
+    release_thread = threading.Event()
+
+    def worker_thread() -> None:
+        state, entry = h.take(0)
+        settlements.add(state, entry, 0.001)  # one success: below the batch size, kept
+        buffered.set()
+        release_thread.wait(30)  # "running another key's slow handler"
+
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(0, range(0, 1)))
+    h.fake.then(lambda: threading.Thread(target=worker_thread, daemon=True).start())
+    h.fake.then(lambda: buffered.wait(10))
+    # The poll loop's periodic flush would settle it within a loop iteration; the revoke
+    # arrives in the same consume call as the success, before any such iteration.
+    h.nudge = lambda: None
+    h.fake.then(lambda: setattr(h, "nudge", settlements.flush_stale))
+    h.fake.then_revoke(T0)
+    h.fake.then(h.stop.set)
+    try:
+        h.run()
+    finally:
+        release_thread.set()
+    assert h.committed(0) == 1, "the revoke committed below a record that had succeeded"
+
+
+def test_refused_async_commit_is_resent_and_shutdown_commit_is_synchronous() -> None:
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01))
+    h.fake.refuse_commits = KafkaError.ILLEGAL_GENERATION
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(0, range(0, 3)))
+    h.fake.then(lambda: [h.finish(o) for o in range(3)])
+    h.fake.then_wait_for(lambda: any(c.refused for c in h.fake.commits))
+    h.fake.then(lambda: setattr(h.fake, "refuse_commits", None))
+    h.fake.then_wait_for(lambda: h.committed(0) == 3)  # the refused commit was sent again
+    h.fake.then(h.stop.set)
+    h.run()
+    refused = [c for c in h.fake.commits if c.refused]
+    assert refused and all(c.asynchronous for c in refused)
+    assert h.committed(0) == 3
+    assert not h.fake.commits[-1].asynchronous, "the final commit must be synchronous"
+
+
+def test_lost_partition_is_never_committed() -> None:
+    h = LoopHarness()
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(0, range(0, 2)))
+    h.fake.then_lose(T0)
+    h.fake.then(lambda: h.finish(0))  # a late result of the lost incarnation
+    h.fake.then(h.stop.set)
+    h.run()
+    assert h.fake.commits == [] or all(c.offsets == [] for c in h.fake.commits)
+    assert h.committed(0) == 0, "a lost partition's late result reached a commit"
+
+
+def test_offsets_never_delivered_do_not_stall_the_cursor() -> None:
+    """Transaction markers: the position passes offsets that never reach the application."""
+    h = LoopHarness()
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(records("t", 0, [(0, b"a"), (2, b"b")]))  # 1 is a marker
+    h.fake.then(lambda: [h.finish(o) for o in (0, 2)])
+    h.fake.then(lambda: h.fake.positions.__setitem__(T0, 4))  # 3 is the closing marker
+    h.fake.then(h.stop.set)
+    h.run()
+    assert h.committed(0) == 4
