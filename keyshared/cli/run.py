@@ -13,12 +13,16 @@ from typing import Any
 
 import click
 
+from keyshared.cli.options import zookeeper_auth
+from keyshared.core.modes import MODES
 from keyshared.core.poison import PoisonPolicy, RetryPolicy
 from keyshared.errors import KeySharedError
+from keyshared.settings import ConsumerOptions
 
 __all__ = ["load_handler", "parse_properties", "run"]
 
 log = logging.getLogger("keyshared.run")
+_DEFAULTS = ConsumerOptions()  # the CLI's defaults are the library's, from one place
 
 
 def load_handler(spec: str) -> Callable[..., Any]:
@@ -71,13 +75,13 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     "--workers",
     "-w",
     type=click.IntRange(min=1),
-    default=16,
+    default=_DEFAULTS.workers,
     help="Worker threads (or concurrent coroutines for async handlers).",
 )
 @click.option(
     "--mode",
-    type=click.Choice(["partition", "key_shared", "exclusive"]),
-    default="partition",
+    type=click.Choice(MODES),
+    default=_DEFAULTS.mode,
     help="Assignment mode (key_shared needs --zookeeper).",
 )
 @click.option(
@@ -87,17 +91,33 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     help="ZooKeeper hosts for coordination (default: $KEYSHARED_ZOOKEEPER).",
 )
 @click.option(
+    "--zookeeper-auth",
+    envvar="KEYSHARED_ZOOKEEPER_AUTH",
+    callback=zookeeper_auth,
+    default=None,
+    help="Digest USER:PASSWORD that guards the group's znodes ($KEYSHARED_ZOOKEEPER_AUTH).",
+)
+@click.option(
+    "--session-timeout",
+    type=click.FloatRange(min=1.0),
+    default=10.0,
+    show_default=True,
+    help="ZooKeeper session timeout in seconds: how long a silent member keeps its ranges.",
+)
+@click.option(
     "--poison",
     type=click.Choice([p.value for p in PoisonPolicy]),
     default=None,
     help="What happens after the last attempt [default: dead_letter; block_and_dead_letter "
     "in exclusive mode].",
 )
-@click.option("--dlq-topic", default="{topic}.dlq", help="DLQ topic; {topic} is the source topic.")
+@click.option(
+    "--dlq-topic", default=_DEFAULTS.dlq_topic, help="DLQ topic; {topic} is the source topic."
+)
 @click.option(
     "--max-attempts",
     type=click.IntRange(min=1),
-    default=3,
+    default=_DEFAULTS.retry.max_attempts,
     help="Attempts per record, the first included.",
 )
 @click.option(
@@ -106,7 +126,9 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     default=None,
     help="Serve Prometheus metrics on 127.0.0.1:PORT (0 picks a free port).",
 )
-@click.option("--metrics-host", default="127.0.0.1", help="Address for the metrics endpoint.")
+@click.option(
+    "--metrics-host", default=_DEFAULTS.metrics_host, help="Address for the metrics endpoint."
+)
 @click.option(
     "--key-filter",
     "key_filters",
@@ -116,19 +138,19 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--drain-timeout",
     type=float,
-    default=30.0,
+    default=_DEFAULTS.drain_timeout,
     help="Seconds to wait for in-flight records on revoke and shutdown.",
 )
 @click.option(
     "--commit-interval",
     type=click.FloatRange(min=0.01),
-    default=1.0,
+    default=_DEFAULTS.commit_interval,
     help="Seconds between asynchronous commits of the safe cursors.",
 )
 @click.option(
     "--startup-timeout",
     type=click.FloatRange(min=0.1),
-    default=30.0,
+    default=_DEFAULTS.startup_timeout,
     help="Seconds to wait for the broker before failing with a clear error.",
 )
 @click.option(
@@ -149,6 +171,8 @@ def run(
     workers: int,
     mode: str,
     zookeeper: str | None,
+    zookeeper_auth: tuple[str, str] | None,
+    session_timeout: float,
     poison: str | None,
     dlq_topic: str,
     max_attempts: int,
@@ -172,16 +196,50 @@ def run(
     from keyshared.kafka.consumer import KeySharedConsumer
 
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Signals first: a SIGTERM while the handler module imports or the consumer is built is a
+    # clean stop too, not a death by the default action.
+    consumer: KeySharedConsumer | None = None
+    stop_requested = False
+    signals_seen = 0
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal signals_seen, stop_requested
+        signals_seen += 1
+        if signals_seen > 1:
+            log.error("second %s: exiting without draining", signal.Signals(signum).name)
+            os._exit(130)
+        log.info(
+            "%s: draining and committing (send again to exit at once)", signal.Signals(signum).name
+        )
+        stop_requested = True
+        if consumer is not None:
+            consumer.stop()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     fn = load_handler(handler)
     config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "group.id": group}
     config.update(parse_properties(properties))
-    if zookeeper and mode == "partition":
-        log.info("--zookeeper is not used in partition mode yet; the group protocol coordinates")
+    zk = None
+    if mode == "key_shared":
+        if not zookeeper:
+            raise click.UsageError("--mode key_shared needs --zookeeper (or $KEYSHARED_ZOOKEEPER)")
+        from coordinator import ZooKeeperCoordinator
+
+        zk = ZooKeeperCoordinator(
+            zookeeper,
+            auth=zookeeper_auth,
+            session_timeout=session_timeout,
+            connect_timeout=startup_timeout,
+        )
+    elif zookeeper:
+        log.info("--zookeeper is used by --mode key_shared only; the Kafka group coordinates")
     try:
         consumer = KeySharedConsumer(
             config,
             list(topics),
             fn,
+            coordinator=zk,
             workers=workers,
             mode=mode,
             poison=poison,
@@ -196,22 +254,8 @@ def run(
         )
     except KeySharedError as exc:
         raise click.UsageError(str(exc)) from None
-
-    signals_seen = 0
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        nonlocal signals_seen
-        signals_seen += 1
-        if signals_seen > 1:
-            log.error("second %s: exiting without draining", signal.Signals(signum).name)
-            os._exit(130)
-        log.info(
-            "%s: draining and committing (send again to exit at once)", signal.Signals(signum).name
-        )
-        consumer.stop()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    if stop_requested:
+        consumer.stop()  # the signal came while it was being built
     try:
         consumer.run()
     except KeySharedError as exc:

@@ -199,3 +199,34 @@ def test_second_sigterm_exits_at_once_without_committing_past_a_running_record(
     slow_offset = next(e.offset for e in read_journal(journal) if e.key == b"slow")
     offset, _ = committed(kafka_bootstrap, group, topic)[0]
     assert offset <= slow_offset, "committed past a record that never finished"
+
+
+def test_sigterm_during_startup_exits_cleanly(tmp_path: Path) -> None:
+    """A SIGTERM that arrives while the handler module is still being imported (before the
+    consumer exists) is a clean stop, not a death by signal (issue 10, item 7)."""
+    started, go = tmp_path / "importing", tmp_path / "go"
+    (tmp_path / "slow_import_handler.py").write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(started)!r}).touch()\n"
+        f"while not pathlib.Path({str(go)!r}).exists():\n"
+        "    time.sleep(0.01)\n"
+        "def handle(record):\n"
+        "    pass\n"
+    )
+    args = ["run", "slow_import_handler:handle", "-b", "127.0.0.1:9", "-g", "g", "-t", "t"]
+    proc = subprocess.Popen(
+        [*_keyshared(), *args, "--startup-timeout", "30"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(started.exists, 60, "the handler module's import")
+        proc.send_signal(signal.SIGTERM)
+        go.touch()
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        kill_all([proc])
+    assert proc.returncode == 0, f"exit {proc.returncode}: {stderr[-2000:]}"
