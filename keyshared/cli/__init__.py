@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from keyshared.cli.assign import assign
 from keyshared.cli.bench import bench
 from keyshared.cli.demo import demo
 from keyshared.cli.dev import dev
@@ -32,6 +33,7 @@ cli.add_command(bench)
 cli.add_command(release)
 cli.add_command(status)
 cli.add_command(verify)
+cli.add_command(assign)
 
 
 def main() -> None:

@@ -1,0 +1,216 @@
+"""Cursors: where a slot range's processing stands in each partition, written under fencing.
+
+In ``key_shared`` mode several members consume the same partition, each for its own slots, so
+Kafka's one committed offset per partition cannot say where each range stands. Each range owner
+keeps a cursor per (range, topic, partition) in ``cursors/<lo>-<hi>/<topic>@<p>``: the offset
+from which that range must be re-read (every record of the range below it is done), plus an
+optional metadata string (the consumer's codec of finished offsets above the cursor).
+
+Every flush is **one** ZooKeeper ``multi`` transaction: a ``check`` that the writer's exact
+lease znode still exists, then one write per staged cursor. A zombie, whose lease was released
+or vanished with its session (and perhaps re-created by a new owner: a new znode, another
+path), gets :class:`Fenced` and nothing is written. Staging cursors in memory and flushing at
+the commit interval bounds the write rate at one transaction per range owner per interval,
+however many partitions and records there are.
+
+A new owner reads the cursors of every range overlapping its own (ranges split and merge between
+generations) and starts each partition at the lowest of them, :func:`start_positions`, which can
+only re-deliver, never skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+)
+
+from coordinator.errors import CoordinatorError, Fenced
+from coordinator.layout import GroupLayout, parse_partition, parse_range
+from coordinator.leases import Lease
+from keyshared.core.slots import SlotRange
+
+__all__ = ["Cursor", "CursorWriter", "read_cursors", "start_positions"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A stored cursor.
+
+    :param slots: the range it belongs to.
+    :param topic: the topic.
+    :param partition: the partition.
+    :param offset: the next offset to process for this range (all records below are done).
+    :param metadata: the consumer's own string (e.g. finished offsets above ``offset``).
+    :param member_id: who wrote it.
+    :param token: the writer's fencing token when it wrote.
+    """
+
+    slots: SlotRange
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+    member_id: str = ""
+    token: int = -1
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "offset": self.offset,
+                "metadata": self.metadata,
+                "member": self.member_id,
+                "token": self.token,
+            }
+        ).encode()
+
+
+def read_cursors(
+    client: KazooClient, layout: GroupLayout, overlapping: SlotRange | None = None
+) -> list[Cursor]:
+    """Stored cursors of every range (or only those overlapping ``overlapping``), ordered by
+    range, topic and partition."""
+    cursors: list[Cursor] = []
+    for range_name in sorted(client.get_children(layout.cursors)):
+        slots = parse_range(range_name)
+        if overlapping is not None and not slots.overlaps(overlapping):
+            continue
+        try:
+            names = client.get_children(layout.cursor_range(slots))
+        except NoNodeError:
+            continue
+        for name in sorted(names):
+            topic, partition = parse_partition(name)
+            try:
+                data, _ = client.get(layout.cursor(slots, topic, partition))
+            except NoNodeError:
+                continue
+            raw = json.loads(data)
+            cursors.append(
+                Cursor(
+                    slots,
+                    topic,
+                    partition,
+                    int(raw["offset"]),
+                    str(raw.get("metadata", "")),
+                    str(raw.get("member", "")),
+                    int(raw.get("token", -1)),
+                )
+            )
+    return sorted(cursors, key=lambda c: (c.slots, c.topic, c.partition))
+
+
+def start_positions(
+    client: KazooClient, layout: GroupLayout, slots: SlotRange
+) -> dict[tuple[str, int], Cursor]:
+    """Where a new owner of ``slots`` starts in each partition: the lowest cursor among the
+    ranges overlapping it (partitions without any cursor are absent: use the group's Kafka
+    committed offset or the reset policy)."""
+    starts: dict[tuple[str, int], Cursor] = {}
+    for cursor in read_cursors(client, layout, slots):
+        key = (cursor.topic, cursor.partition)
+        if key not in starts or cursor.offset < starts[key].offset:
+            starts[key] = cursor
+    return starts
+
+
+class CursorWriter:
+    """Stages one range's cursors and writes them, fenced by its lease, in one transaction.
+
+    Example::
+
+        writer = CursorWriter(client, GroupLayout("orders"), lease)
+        writer.stage("payments", 0, 1200)
+        writer.stage("payments", 1, 877, metadata="...")
+        writer.flush()          # one ZooKeeper write; Fenced if the lease is gone
+
+    :param client: the kazoo client of the session that holds ``lease``.
+    :param layout: the group's paths.
+    :param lease: the writer's range lease (:class:`coordinator.leases.RangeLeases`).
+    """
+
+    def __init__(self, client: KazooClient, layout: GroupLayout, lease: Lease) -> None:
+        self._client = client
+        self._layout = layout
+        self.lease = lease
+        self.slots = lease.slots
+        self._staged: dict[tuple[str, int], Cursor] = {}
+        self._existing: set[str] = set()
+        self._lock = threading.Lock()  # guards _staged: stage() runs on worker threads
+        self._flush_lock = threading.Lock()  # one flush at a time, so cursors never go back
+        with contextlib.suppress(NodeExistsError):
+            client.create(layout.cursor_range(self.slots), b"")
+
+    def stage(self, topic: str, partition: int, offset: int, metadata: str = "") -> None:
+        """Remember the latest cursor of a partition until the next :meth:`flush` (thread-safe;
+        a later stage of the same partition replaces an earlier one)."""
+        cursor = Cursor(
+            self.slots, topic, partition, offset, metadata, self.lease.member_id, self.lease.token
+        )
+        with self._lock:
+            self._staged[(topic, partition)] = cursor
+
+    @property
+    def pending(self) -> int:
+        """Cursors staged and not yet written."""
+        with self._lock:
+            return len(self._staged)
+
+    def flush(self) -> int:
+        """Write every staged cursor in one transaction conditional on the lease.
+
+        :return: the number of cursors written (0 writes nothing and costs nothing).
+        :raises Fenced: the lease znode is gone; nothing was written and the staged cursors are
+            dropped, since this member may no longer speak for the range.
+        """
+        with self._flush_lock:
+            with self._lock:
+                staged, self._staged = self._staged, {}
+            if not staged:
+                return 0
+            try:
+                return self._write(staged)
+            except Fenced:
+                raise
+            except Exception:
+                with self._lock:  # e.g. connection lost: keep them for the next flush
+                    self._staged = {**staged, **self._staged}
+                raise
+
+    def _write(self, staged: dict[tuple[str, int], Cursor]) -> int:
+        for _attempt in range(3):
+            transaction = self._client.transaction()
+            transaction.check(self.lease.path, 0)
+            paths: list[str] = []
+            for (topic, partition), cursor in staged.items():
+                path = self._layout.cursor(self.slots, topic, partition)
+                paths.append(path)
+                if path in self._existing:
+                    transaction.set_data(path, cursor.to_json())
+                else:
+                    transaction.create(path, cursor.to_json())
+            results = transaction.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                self._existing.update(paths)
+                return len(staged)
+            if isinstance(results[0], NoNodeError | BadVersionError):
+                raise Fenced(self.lease.path, f"write {len(staged)} cursor(s) of {self.slots}")
+            for path, result in zip(paths, results[1:], strict=True):
+                if isinstance(result, NodeExistsError):
+                    self._existing.add(path)
+                elif isinstance(result, NoNodeError):
+                    self._existing.discard(path)
+                elif isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                    raise result
+        raise CoordinatorError(f"cursor transaction for {self.slots} kept racing; gave up")

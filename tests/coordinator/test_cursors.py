@@ -1,0 +1,96 @@
+"""Fenced cursors: writes succeed only through a lease that still exists; a batch is one
+ZooKeeper write; a new owner starts from the lowest overlapping cursor."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.cursors import CursorWriter, read_cursors, start_positions
+from coordinator.errors import Fenced
+from coordinator.layout import GroupLayout
+from coordinator.leases import RangeLeases
+from keyshared.core.slots import SlotRange
+from tests.coordinator.conftest import WAIT_S, ClientFactory, expire_session
+
+HALF = SlotRange(0, 32767)
+
+
+def test_a_zombie_is_fenced_and_the_new_owner_writes(
+    zk_client: ClientFactory, layout: GroupLayout, zookeeper_hosts: str
+) -> None:
+    a_client, b_client = zk_client(), zk_client()
+    a_lease = RangeLeases(a_client, layout, "A").acquire(HALF, generation=1)
+    a_writer = CursorWriter(a_client, layout, a_lease)
+    a_writer.stage("payments", 0, 100)
+    assert a_writer.flush() == 1
+
+    expire_session(a_client, zookeeper_hosts)  # A paused past its session: now a zombie
+    b_lease = RangeLeases(b_client, layout, "B").acquire(HALF, generation=2, timeout=WAIT_S)
+    b_writer = CursorWriter(b_client, layout, b_lease)
+    assert start_positions(b_client, layout, HALF)[("payments", 0)].offset == 100
+
+    a_writer.stage("payments", 0, 150)  # A's client reconnected with a new session
+    with pytest.raises(Fenced) as caught:
+        a_writer.flush()
+    assert a_lease.path in str(caught.value)
+    assert a_writer.pending == 0  # a fenced writer drops what it staged
+
+    b_writer.stage("payments", 0, 120)
+    assert b_writer.flush() == 1
+    (cursor,) = read_cursors(b_client, layout)
+    assert (cursor.offset, cursor.member_id, cursor.token) == (120, "B", b_lease.token)
+
+
+def test_a_released_lease_fences_its_own_writer(
+    zk_client: ClientFactory, layout: GroupLayout
+) -> None:
+    client = zk_client()
+    leases = RangeLeases(client, layout, "A")
+    lease = leases.acquire(HALF, generation=1)
+    writer = CursorWriter(client, layout, lease)
+    leases.release(lease)
+    again = leases.acquire(HALF, generation=2)  # same range, same member: a new znode
+    writer.stage("payments", 0, 1)
+    with pytest.raises(Fenced):
+        writer.flush()
+    assert again.path != lease.path
+
+
+def test_a_batch_of_cursors_is_one_zookeeper_write(
+    zk_client: ClientFactory, layout: GroupLayout
+) -> None:
+    client = zk_client()
+    lease = RangeLeases(client, layout, "A").acquire(HALF, generation=1)
+    writer = CursorWriter(client, layout, lease)
+    for partition in range(50):
+        writer.stage("payments", partition, 10)
+        writer.stage("payments", partition, 1000 + partition)  # the latest stage wins
+    assert writer.flush() == 50
+    for partition in range(50):
+        writer.stage("payments", partition, 2000 + partition, metadata=f"m{partition}")
+    assert writer.flush() == 50
+    assert writer.flush() == 0  # nothing staged: no write at all
+
+    zxids = {client.exists(layout.cursor(HALF, "payments", p)).mzxid for p in range(50)}
+    assert len(zxids) == 1, "the 50 cursors were not written by one transaction"
+    cursors = read_cursors(client, layout)
+    assert [(c.partition, c.offset, c.metadata) for c in cursors] == sorted(
+        (p, 2000 + p, f"m{p}") for p in range(50)
+    )
+
+
+def test_new_owner_starts_from_the_lowest_overlapping_cursor(
+    zk_client: ClientFactory, layout: GroupLayout
+) -> None:
+    client = zk_client()
+    leases = RangeLeases(client, layout, "A")
+    for slots, offset in ((SlotRange(0, 99), 500), (SlotRange(100, 199), 300)):
+        writer = CursorWriter(client, layout, leases.acquire(slots, generation=1))
+        writer.stage("t", 0, offset)
+        writer.stage("t", 1, offset + 1)
+        writer.flush()
+    merged = start_positions(client, layout, SlotRange(50, 150))
+    assert {k: c.offset for k, c in merged.items()} == {("t", 0): 300, ("t", 1): 301}
+    only_first = start_positions(client, layout, SlotRange(0, 10))
+    assert only_first[("t", 0)].offset == 500
+    assert start_positions(client, layout, SlotRange(1000, 2000)) == {}

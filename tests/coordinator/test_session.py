@@ -1,0 +1,98 @@
+"""The session: a bounded connect that names the hosts, and SUSPENDED / RESUMED / LOST /
+RENEWED delivered on the watcher's own thread."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import pytest
+
+from coordinator.errors import CoordinatorUnreachable
+from coordinator.session import SessionEvent, SessionState, SessionWatcher, connect
+from keyshared.dev import LocalCluster
+from keyshared.errors import UnreachableError
+from tests.coordinator.conftest import WAIT_S, ClientFactory, closed_port, expire_session, take
+
+
+def test_unreachable_zookeeper_fails_within_the_bound_naming_hosts() -> None:
+    hosts = f"127.0.0.1:{closed_port()}"
+    started = time.monotonic()
+    with pytest.raises(CoordinatorUnreachable) as caught:
+        connect(hosts, connect_timeout=1.5)
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.5 + 2.0, f"took {elapsed:.1f} s for a 1.5 s bound"
+    assert hosts in str(caught.value) and "1.5 s" in str(caught.value)
+    assert isinstance(caught.value, UnreachableError)
+
+
+def test_connect_returns_a_started_client(zookeeper_hosts: str) -> None:
+    client = connect(zookeeper_hosts, session_timeout=5)
+    try:
+        assert client.connected
+        assert client.exists("/") is not None
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_expiry_reports_lost_then_renewed(zk_client: ClientFactory, zookeeper_hosts: str) -> None:
+    client = zk_client()
+    events: queue.Queue[SessionEvent] = queue.Queue()
+    callback_threads: set[str] = set()
+
+    def on_event(event: SessionEvent) -> None:
+        callback_threads.add(threading.current_thread().name)
+        events.put(event)
+
+    watcher = SessionWatcher(client, on_event)
+    old_session = client.client_id[0]
+    expire_session(client, zookeeper_hosts)
+    states = [take(events, "session event").state for _ in range(2)]
+    assert SessionState.LOST in states
+    if states[-1] != SessionState.RENEWED:
+        states.append(take(events, "RENEWED").state)
+    assert states[-1] == SessionState.RENEWED
+    watcher.stop()
+    assert callback_threads == {"keyshared-zk-session"}
+    assert client.client_id[0] != old_session
+
+
+def test_a_blocking_callback_does_not_block_kazoo(zk_client: ClientFactory) -> None:
+    """The callback may block (or use ZooKeeper) because it runs on the watcher's thread."""
+    client = zk_client()
+    release = threading.Event()
+    seen: queue.Queue[SessionState] = queue.Queue()
+
+    def slow(event: SessionEvent) -> None:
+        seen.put(event.state)
+        client.exists("/")  # a ZooKeeper call from the callback
+        release.wait(WAIT_S)
+
+    watcher = SessionWatcher(client, slow)
+    watcher._listener("SUSPENDED")  # as kazoo's connection thread calls it
+    assert take(seen, "callback") == SessionState.SUSPENDED
+    assert client.exists("/") is not None  # the client still works meanwhile
+    release.set()
+    watcher.stop()
+
+
+@pytest.mark.slow
+def test_zookeeper_restart_reports_suspended_then_resumed(
+    local_cluster: LocalCluster, zk_client: ClientFactory
+) -> None:
+    """A real outage shorter than the session: SUSPENDED, then RESUMED with the same session."""
+    client = zk_client(session_timeout=30.0)
+    events: queue.Queue[SessionEvent] = queue.Queue()
+    watcher = SessionWatcher(client, events.put)
+    session = client.client_id[0]
+    local_cluster.stop_zookeeper()
+    try:
+        assert take(events, "SUSPENDED", timeout=30).state == SessionState.SUSPENDED
+    finally:
+        local_cluster.start_zookeeper()
+    resumed = take(events, "RESUMED", timeout=45)
+    assert resumed.state == SessionState.RESUMED
+    assert resumed.session_id == session
+    watcher.stop()
