@@ -66,9 +66,9 @@ class PollLoop:
         self._worker_depths = worker_depths
         self._nudge_workers = nudge_workers
         self._committer = Committer(consumer, metrics, dispatcher.lock, self._state_of)
-        self._membership = membership or KafkaGroupMembership()
-        self._cursors: CursorStore = cursor_store or self._committer
-        self.inbox = inbox or PollInbox()
+        self._membership = membership if membership is not None else KafkaGroupMembership()
+        self._cursors: CursorStore = cursor_store if cursor_store is not None else self._committer
+        self.inbox = inbox if inbox is not None else PollInbox()  # empty is falsy
         self.states: dict[TP, PartitionState] = {}
         self._paused: set[TP] = set()
 

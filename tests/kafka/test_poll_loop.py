@@ -12,6 +12,7 @@ import threading
 import pytest
 from confluent_kafka import KafkaError
 
+from keyshared.kafka.seams import PollInbox
 from keyshared.kafka.settlement import SettlementBuffer
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import records
@@ -127,3 +128,16 @@ def test_offsets_never_delivered_do_not_stall_the_cursor() -> None:
     h.fake.then(h.stop.set)
     h.run()
     assert h.committed(0) == 4
+
+
+def test_the_loop_serves_the_inbox_it_was_given_even_while_it_is_empty() -> None:
+    """An empty inbox is falsy (it has a length): ``inbox or PollInbox()`` once replaced the
+    coordinator's inbox with a private one, and nothing posted to it ever ran."""
+    inbox = PollInbox()
+    h = LoopHarness(inbox=inbox)
+    ran = threading.Event()
+    h.fake.then(lambda: inbox.post(ran.set))
+    h.fake.then_wait_for(ran.is_set)
+    h.fake.then(h.stop.set)
+    h.run()
+    assert ran.is_set()

@@ -15,6 +15,7 @@ from typing import Any
 
 from keyshared.kafka.dispatcher import Dispatcher, Work
 from keyshared.kafka.poll_loop import PollLoop
+from keyshared.kafka.seams import PollInbox
 from keyshared.metrics import ConsumerMetrics
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import FakeConsumer
@@ -30,6 +31,7 @@ class LoopHarness:
     fake: FakeConsumer = field(default_factory=FakeConsumer)
     stop: threading.Event = field(default_factory=threading.Event)
     submitted: list[Work] = field(default_factory=list)
+    inbox: PollInbox | None = None
 
     def __post_init__(self) -> None:
         self.metrics = ConsumerMetrics(f"g-{uuid.uuid4().hex[:8]}", "m")
@@ -43,6 +45,7 @@ class LoopHarness:
             None,
             self.stop,
             nudge_workers=lambda: self.nudge(),
+            inbox=self.inbox,
         )
         self.fake.on_commit = self.loop.committer.on_commit
 
