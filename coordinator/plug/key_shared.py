@@ -1,0 +1,493 @@
+"""``key_shared`` mode in the consumer: slot ranges from ZooKeeper, drains, fenced cursors.
+
+Every member reads every partition of its topics (manual assignment, no Kafka group) and runs
+only the records whose slot lies in a range it holds the lease of; the rest count as done for
+its own window. This class is the consumer's membership, ownership and cursor store at once,
+because the three change together: a new lease changes what is owned, where reading starts
+and which cursors are written. Everything here runs on the poll thread; kazoo's threads only
+post requests to the poll inbox.
+
+A change of assignment is applied like an eager rebalance, per member:
+
+1. **Loss** of a range: the member drains every partition (bounded by ``drain_timeout``),
+   writes each held range's cursor (one fenced ZooKeeper transaction per range), then
+   releases the lost range's lease, which is what the next owner is waiting for. If the drain
+   timed out, the lease is kept until the stragglers finish, so two members never run the
+   same key at once.
+2. **Gain**: the lease is queued on a thread of its own (it waits for the old owner's drain);
+   when it is granted the member drains and re-assigns its partitions from the lowest cursor
+   of its ranges, counting as done every record a cursor already covers
+   (:class:`keyshared.core.claims.PartitionClaims`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from coordinator.assignment import AssignmentChange
+from coordinator.cursors import CursorWriter, read_cursors
+from coordinator.errors import AcquireCancelled, Fenced
+from coordinator.leases import Lease, PendingLease
+from coordinator.members import MemberInfo
+from coordinator.plug.session_gate import SessionGate
+from keyshared.core.claims import PartitionClaims, StoredCursor
+from keyshared.core.filters import KeyFilter
+from keyshared.core.offsets import decode_finished, encode_finished
+from keyshared.core.slots import SlotRange, slot_of
+from keyshared.errors import ConfigurationError, KeySharedError
+from keyshared.kafka.seams import Accepts, MembershipEvents, PlugContext
+
+if TYPE_CHECKING:
+    from coordinator.coordinator import ZooKeeperCoordinator
+    from keyshared.kafka.partition import PartitionState
+
+__all__ = ["KeySharedMember"]
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+_CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per cursor
+_WATERMARK_EVERY = 5.0  # seconds between the leader's low-watermark commits to Kafka
+_NULL_SLOT = slot_of(b"")
+
+
+class KeySharedMember:
+    """The consumer's side of ``key_shared`` mode (see the module docstring).
+
+    :param zk: the coordinator (started); its session is this member's for the run.
+    :param context: the consumer run it plugs into.
+    """
+
+    def __init__(self, zk: ZooKeeperCoordinator, context: PlugContext) -> None:
+        self._zk = zk
+        self._ctx = context
+        self._options = context.options
+        self._group = context.group
+        self._me = context.member_id
+        self._dispatcher = context.dispatcher
+        self._filter = KeyFilter(self._options.key_filters)
+        self._ordered_nulls = self._options.null_keys_ordered
+        self._leases = zk.range_leases(self._group, self._me)
+        self._consumer: Any = None
+        self._events: MembershipEvents | None = None
+        self._partitions: list[TP] = []
+        self._assigned: list[TP] = []
+        self._claims: dict[TP, PartitionClaims] = {}
+        self._desired: tuple[SlotRange, ...] = ()
+        self._generation = 0
+        self._held: dict[SlotRange, Lease] = {}
+        self._writers: dict[SlotRange, CursorWriter] = {}
+        self._pending: dict[SlotRange, PendingLease] = {}
+        self._releasing: list[tuple[Lease, list[PartitionState]]] = []
+        self._written: dict[tuple[SlotRange, TP], tuple[int, str]] = {}
+        self._next_watermark = 0.0
+        self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
+        self._leader: Any = None
+        self._watch: Any = None
+        self._membership: Any = None
+        self._closing = False
+
+    # -- Membership ------------------------------------------------------------------------------
+
+    def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
+        self._consumer, self._events = consumer, events
+        self._partitions = _partitions_of(consumer, topics, self._options.startup_timeout)
+        self._gate.start()
+        self._membership = self._zk.join(self._group, self._info())
+        self._watch = self._zk.watch_assignment(
+            self._group, self._me, lambda change: self._ctx.inbox.post(lambda: self._on(change))
+        )
+        self._leader = self._zk.leader(self._group, self._me)
+        self._leader.start()
+        log.info(
+            "key_shared member %s of %s joined: %d partition(s) of %s",
+            self._me,
+            self._group,
+            len(self._partitions),
+            ", ".join(topics),
+        )
+
+    def tick(self) -> None:
+        """Release leases whose drain timed out, once their stragglers have finished."""
+        if not self._releasing:
+            return
+        with self._dispatcher.lock:
+            done = [(lease, states) for lease, states in self._releasing if _idle(states)]
+        for item in done:
+            self._releasing.remove(item)
+            self._leases.release(item[0])
+            log.info("range %s: stragglers finished, lease released", item[0].key)
+
+    def leave(self) -> None:
+        """After the final commit: give every range up and end the session."""
+        self._closing = True
+        for pending in self._pending.values():
+            pending.cancel()
+        self._pending.clear()
+        for lease in self._held.values():
+            with contextlib.suppress(Exception):
+                self._leases.release(lease)
+        self._held.clear()
+        self._writers.clear()
+        self._gate.stop()
+        with contextlib.suppress(Exception):
+            if self._membership is not None:
+                self._membership.leave()
+        self._zk.close()
+
+    # -- Ownership ------------------------------------------------------------------------------
+
+    def admission(self, state: PartitionState) -> Accepts | None:
+        claims = self._claims.get(state.tp)
+        if claims is None:
+            return lambda _key, _offset: False
+        slot = self._slot
+        accepts_key = None if self._filter.accepts_all else self._filter.accepts
+
+        def accepts(key: bytes | None, offset: int) -> bool:
+            if accepts_key is not None and not accepts_key(key):
+                return False
+            return claims.accepts(slot(key, offset), offset)
+
+        return accepts
+
+    def _slot(self, key: bytes | None, offset: int) -> int:
+        """A record's slot. Unordered null keys are independent records: spread by offset."""
+        if key is None:
+            return _NULL_SLOT if self._ordered_nulls else offset & 0xFFFF
+        return slot_of(key)
+
+    # -- CursorStore ----------------------------------------------------------------------------
+
+    def starting_points(
+        self, partitions: list[TP], timeout: float
+    ) -> dict[TP, tuple[int | None, str]]:
+        return {tp: (self._claims[tp].start, "") for tp in partitions if tp in self._claims}
+
+    def commit_async(self, states: Any) -> None:
+        self._flush(list(states), force=False)
+        if self._leader is not None and self._leader.is_leader:
+            now = time.monotonic()
+            if now >= self._next_watermark:
+                self._next_watermark = now + _WATERMARK_EVERY
+                self._commit_low_watermark()
+
+    def commit_sync(self, states: Any) -> bool:
+        return self._flush(list(states), force=True)
+
+    def _flush(self, states: list[PartitionState], force: bool) -> bool:
+        """Write each held range's cursor in every partition: one fenced transaction a range."""
+        if not self._writers or not states:
+            return not self._held or not states
+        if self._gate.suspended:
+            return False  # the session may be gone: writing now could not be trusted
+        with self._dispatcher.lock:
+            snapshot = [
+                (s.tp, s.window.safe_cursor, s.window.finished_above_cursor())
+                for s in states
+                if s.window is not None
+            ]
+        ok = True
+        for slots, writer in list(self._writers.items()):
+            for tp, cursor, finished in snapshot:
+                claims = self._claims.get(tp)
+                offset, metadata = _range_cursor(slots, claims, cursor, finished)
+                if not force and self._written.get((slots, tp)) == (offset, metadata):
+                    continue
+                writer.stage(tp[0], tp[1], offset, metadata)
+                self._written[(slots, tp)] = (offset, metadata)
+            try:
+                writer.flush()
+            except Fenced:
+                ok = False
+                self._range_fenced(slots)
+            except Exception as exc:
+                ok = False
+                for tp, *_ in snapshot:
+                    self._written.pop((slots, tp), None)
+                log.warning("writing the cursors of range %s failed: %s", slots, exc)
+        return ok
+
+    def _commit_low_watermark(self) -> None:
+        """Commit the lowest resume point of all ranges per partition to Kafka, under the group
+        id, so that standard lag tools (and a switch back to partition mode) see progress."""
+        try:
+            stored = read_cursors(self._zk.client, self._zk.layout(self._group))
+        except Exception as exc:
+            log.debug("reading cursors for the low watermark failed: %s", exc)
+            return
+        by_tp: dict[TP, list[StoredCursor]] = {}
+        for cursor in stored:
+            by_tp.setdefault((cursor.topic, cursor.partition), []).append(
+                StoredCursor(cursor.slots, cursor.offset, cursor.token)
+            )
+        offsets = []
+        for tp, cursors in by_tp.items():
+            claims = PartitionClaims.resolve([(SlotRange(0, 65535), 0)], cursors, base=-1)
+            low = claims.start
+            if low is not None and low >= 0 and all(p.start >= 0 for p in claims.pieces):
+                offsets.append(TopicPartition(tp[0], tp[1], low))
+        if offsets:
+            try:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+            except KafkaException as exc:
+                log.debug("committing the low watermark failed: %s", exc)
+
+    # -- applying assignments (poll thread, through the inbox) ---------------------------------
+
+    def _on(self, change: AssignmentChange) -> None:
+        if self._closing or self._gate.lost:
+            return
+        self._apply(change.owned, change.generation)
+
+    def _apply(self, owned: tuple[SlotRange, ...], generation: int) -> None:
+        self._generation = generation
+        self._desired = owned
+        for slots in [s for s in self._pending if s not in owned]:
+            self._pending.pop(slots).cancel()
+        lost = [slots for slots in self._held if slots not in owned]
+        if lost:
+            self._rebuild(drop=lost)
+        for slots in owned:
+            if slots not in self._held and slots not in self._pending:
+                self._queue_for(slots, generation)
+
+    def _queue_for(self, slots: SlotRange, generation: int) -> None:
+        pending = self._leases.begin(slots, generation=generation)
+        self._pending[slots] = pending
+        log.info(
+            "range %s: lease queued (token %d), waiting for its previous owner",
+            slots,
+            pending.token,
+        )
+        inbox = self._ctx.inbox
+
+        def wait() -> None:
+            try:
+                lease = pending.wait()
+            except AcquireCancelled:
+                return
+            except Fenced:
+                return  # the session is gone; the gate handles the rest
+            except Exception:
+                log.exception("waiting for the lease of %s failed", slots)
+                inbox.post(lambda: self._retry(slots, pending))
+                return
+            inbox.post(lambda: self._granted(slots, pending, lease))
+
+        threading.Thread(target=wait, name=f"keyshared-lease-{slots}", daemon=True).start()
+
+    def _retry(self, slots: SlotRange, pending: PendingLease) -> None:
+        if self._pending.get(slots) is pending:
+            del self._pending[slots]
+            if slots in self._desired and not self._closing:
+                self._queue_for(slots, self._generation)
+
+    def _granted(self, slots: SlotRange, pending: PendingLease, lease: Lease) -> None:
+        if self._pending.get(slots) is not pending or self._closing or self._gate.lost:
+            self._leases.release(lease)  # withdrawn meanwhile
+            return
+        del self._pending[slots]
+        self._held[slots] = lease
+        self._writers[slots] = self._zk.cursor_writer(self._group, lease)
+        self._rebuild(drop=[])
+
+    def _rebuild(self, drop: list[SlotRange]) -> None:
+        """Drain, write cursors, release ``drop``'s leases, then read again from the cursors of
+        the ranges still held."""
+        events = self._events
+        assert events is not None
+        old_states = [events.states[tp] for tp in self._assigned if tp in events.states]
+        drained = events.revoked(list(self._assigned)) if self._assigned else True
+        for slots in drop:
+            lease = self._held.pop(slots)
+            self._writers.pop(slots, None)
+            if drained:
+                self._leases.release(lease)
+            else:
+                log.warning(
+                    "range %s: drain timed out; its lease is kept until the records still "
+                    "running there finish, so the next owner cannot overlap them",
+                    slots,
+                )
+                self._releasing.append((lease, old_states))
+        self._assign_from_cursors()
+
+    def _assign_from_cursors(self) -> None:
+        events = self._events
+        assert events is not None
+        held = [(slots, lease.token) for slots, lease in self._held.items()]
+        self._claims = {}
+        if held:
+            self._claims = self._read_claims(held)
+        targets = [
+            TopicPartition(t, p, claims.start)
+            for (t, p), claims in sorted(self._claims.items())
+            if claims.start is not None
+        ]
+        self._consumer.assign(targets)
+        if targets:
+            self._consumer.resume(targets)
+        self._assigned = [(tp.topic, tp.partition) for tp in targets]
+        if self._assigned:
+            events.assigned(list(self._assigned))
+        for tp in self._assigned:
+            state = events.states.get(tp)
+            claims = self._claims[tp]
+            if state is not None:
+                state.fencing = _token_lookup(claims, self._slot)
+        log.info(
+            "member %s holds %s (generation %d); reading %s",
+            self._me,
+            ", ".join(str(s) for s in sorted(self._held)) or "nothing",
+            self._generation,
+            ", ".join(f"{t.topic}[{t.partition}]@{t.offset}" for t in targets) or "nothing",
+        )
+
+    def _read_claims(self, held: list[tuple[SlotRange, int]]) -> dict[TP, PartitionClaims]:
+        layout = self._zk.layout(self._group)
+        stored: dict[TP, list[StoredCursor]] = {}
+        for cursor in read_cursors(self._zk.client, layout):
+            stored.setdefault((cursor.topic, cursor.partition), []).append(
+                StoredCursor(
+                    cursor.slots,
+                    cursor.offset,
+                    cursor.token,
+                    decode_finished(cursor.offset, cursor.metadata),
+                )
+            )
+        bases = self._bases()
+        return {
+            tp: PartitionClaims.resolve(held, stored.get(tp, []), bases[tp])
+            for tp in self._partitions
+        }
+
+    def _bases(self) -> dict[TP, int]:
+        """Where slots without any cursor start: the group's committed offset in Kafka, else
+        the reset policy's end of the partition."""
+        timeout = self._options.startup_timeout
+        committed = self._consumer.committed(
+            [TopicPartition(t, p) for t, p in self._partitions], timeout=timeout
+        )
+        reset = str(self._ctx.kafka_config.get("auto.offset.reset", "earliest"))
+        bases: dict[TP, int] = {}
+        for tp in committed:
+            if tp.offset >= 0:
+                bases[(tp.topic, tp.partition)] = tp.offset
+                continue
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(tp.topic, tp.partition), timeout=timeout
+            )
+            bases[(tp.topic, tp.partition)] = high if reset in ("latest", "end", "largest") else low
+        return bases
+
+    # -- losing ranges without a drain --------------------------------------------------------
+
+    def _range_fenced(self, slots: SlotRange) -> None:
+        """A cursor write found the lease gone: someone else may hold the range now. Stop it
+        at once, without writing anything more for it."""
+        log.error("range %s: lease lost (fenced); stopping it without committing", slots)
+        self._gate.metrics.fenced()
+        self._held.pop(slots, None)
+        self._writers.pop(slots, None)
+        events = self._events
+        assert events is not None
+        events.lost(list(self._assigned))
+        self._assigned = []
+        self._assign_from_cursors()
+
+    def _fence(self) -> None:
+        """The session expired: every lease is gone. Drop all results, commit nothing."""
+        events = self._events
+        assert events is not None
+        for pending in self._pending.values():
+            pending.cancel()
+        self._pending.clear()
+        self._held.clear()
+        self._writers.clear()
+        self._written.clear()
+        self._claims = {}
+        if self._assigned:
+            events.lost(list(self._assigned))
+        self._assigned = []
+        with contextlib.suppress(KafkaException):
+            self._consumer.assign([])
+
+    def _rejoin(self) -> None:
+        """A new session after an expiry: join again and take up the assignment in force."""
+        if self._closing:
+            return
+        self._membership = self._zk.join(self._group, self._info())
+        current = self._watch.current if self._watch is not None else None
+        if current is not None:
+            self._apply(tuple(current.assignment.ranges_of(self._me)), current.generation)
+
+    def _info(self) -> MemberInfo:
+        return MemberInfo(
+            self._me,
+            key_filters=tuple(self._options.key_filters),
+            mode="key_shared",
+            topics=tuple(self._ctx.topics),
+        )
+
+
+def _range_cursor(
+    slots: SlotRange,
+    claims: PartitionClaims | None,
+    window_cursor: int,
+    finished: list[int] | set[int] | frozenset[int],
+) -> tuple[int, str]:
+    """The cursor of one range in one partition, from the member's window.
+
+    Every record below the window's cursor is done, and so is every record of the range below
+    the lowest resume point of its pieces (earlier holders did them): the range's cursor is the
+    higher of the two, so a freshly gained range never moves back. Finished offsets above it
+    (the window's, and those the range's pieces carried over) travel in the metadata.
+    """
+    floor = window_cursor
+    carried: set[int] = set()
+    if claims is not None:
+        pieces = [p for p in claims.pieces if p.slots.overlaps(slots)]
+        if pieces:
+            floor = max(window_cursor, min(p.start for p in pieces))
+            for piece in pieces:
+                carried.update(o for o in piece.finished if o >= floor)
+    done = {o for o in finished if o >= floor} | carried
+    if not done:
+        return floor, ""
+    return floor, encode_finished(floor, sorted(done), _CURSOR_METADATA_BYTES) or ""
+
+
+def _token_lookup(
+    claims: PartitionClaims, slot: Callable[[bytes | None, int], int]
+) -> Callable[[bytes | None, int], int | None]:
+    """The fencing token of a record: its range's lease token (set on each record's Record)."""
+    return lambda key, offset: claims.token_of(slot(key, offset))
+
+
+def _idle(states: list[PartitionState]) -> bool:
+    return all(state.running == 0 for state in states)
+
+
+def _partitions_of(consumer: Any, topics: list[str], timeout: float) -> list[TP]:
+    """Every partition of ``topics``; a missing topic is an error naming it."""
+    found: list[TP] = []
+    for topic in topics:
+        try:
+            metadata = consumer.list_topics(topic, timeout=timeout)
+        except KafkaException as exc:
+            raise KeySharedError(f"listing the partitions of {topic!r} failed: {exc}") from None
+        described = metadata.topics.get(topic)
+        if described is None or described.error is not None or not described.partitions:
+            raise ConfigurationError(
+                "topics", f"topic {topic!r} does not exist (key_shared reads every partition)"
+            )
+        found.extend((topic, p) for p in sorted(described.partitions))
+    return found

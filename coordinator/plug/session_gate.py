@@ -1,0 +1,102 @@
+"""What a consumer does when its ZooKeeper session wavers; shared by every mode.
+
+- **suspended** (connection dropped, session maybe alive): start no handler. Dispatch is paused
+  at once, from the session's own thread, because the poll thread may be busy draining.
+  Records keep being admitted until the windows fill, then the usual backpressure pauses the
+  fetches. Handlers already running finish, and cursor writes wait: a suspended member cannot
+  know whether it still holds anything.
+- **resumed** (same session): dispatch what queued up meanwhile.
+- **lost** (expired): every lease and lock is gone and another member may own the work now.
+  The mode's ``on_lost`` drops all results without committing (fencing).
+- **renewed** (a new session after a loss): the mode's ``on_renewed`` rejoins as a new member.
+
+A member that keeps running handlers past its session's expiry is the one overlap this cannot
+prevent; it is why every record carries a fencing token (see ``docs/coordinator.md``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from coordinator.session import SessionEvent, SessionState
+from keyshared.kafka.seams import PlugContext
+from keyshared.metrics import CoordinatorMetrics
+
+if TYPE_CHECKING:
+    from coordinator.coordinator import ZooKeeperCoordinator
+    from coordinator.session import SessionWatcher
+
+__all__ = ["SessionGate"]
+
+log = logging.getLogger(__name__)
+
+
+class SessionGate:
+    """Applies session events to one consumer run.
+
+    :param zk: the coordinator whose session is watched.
+    :param context: the consumer run.
+    :param on_lost: fence everything (runs on the poll thread).
+    :param on_renewed: rejoin after a loss (runs on the poll thread).
+    """
+
+    def __init__(
+        self,
+        zk: ZooKeeperCoordinator,
+        context: PlugContext,
+        on_lost: Callable[[], None],
+        on_renewed: Callable[[], None],
+    ) -> None:
+        self._zk = zk
+        self._ctx = context
+        self._on_lost = on_lost
+        self._on_renewed = on_renewed
+        self.metrics = CoordinatorMetrics(context.group, context.member_id)
+        self.suspended = False
+        self.lost = False
+        self._watcher: SessionWatcher | None = None
+
+    def start(self) -> None:
+        """Watch the session from now on."""
+        self._watcher = self._zk.watch_session(self._on_event)
+        self.metrics.session("connected")
+
+    def _on_event(self, event: SessionEvent) -> None:
+        """On the session watcher's thread: act at once where it must, post the rest."""
+        state = event.state
+        if state in (SessionState.SUSPENDED, SessionState.LOST):
+            self._ctx.dispatcher.pause_dispatch()
+        self._ctx.inbox.post(lambda: self._apply(state))
+
+    def _apply(self, state: SessionState) -> None:
+        if state is SessionState.SUSPENDED:
+            self.suspended = True
+            self.metrics.session("suspended")
+            log.warning("ZooKeeper connection lost: dispatch paused until it is back")
+        elif state is SessionState.RESUMED:
+            self.suspended = False
+            self.metrics.session("connected")
+            self._ctx.dispatcher.resume_dispatch()
+            log.info("ZooKeeper connection back within the session: dispatch resumed")
+        elif state is SessionState.LOST:
+            self.lost, self.suspended = True, False
+            self.metrics.session("lost")
+            self.metrics.fenced()
+            log.error("ZooKeeper session expired: fencing, in-flight results are discarded")
+            self._on_lost()
+            self._ctx.dispatcher.resume_dispatch()  # what was held belonged to the dropped work
+        elif state is SessionState.RENEWED:
+            self.lost, self.suspended = False, False
+            self.metrics.session("connected")
+            log.info("new ZooKeeper session: rejoining")
+            self._ctx.dispatcher.resume_dispatch()
+            self._on_renewed()
+
+    def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+        self.metrics.session("closed")
+        self.metrics.close()

@@ -1,0 +1,157 @@
+"""``key_shared`` mode end to end: real Kafka, real ZooKeeper, members with their own sessions.
+
+The canonical case of the drain (seed 000): member A holds three in-flight records of a slot
+range; the range moves to B; B gets nothing from it until A finished them, then continues
+exactly where A stopped.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+import keyshared
+from coordinator import ZooKeeperCoordinator
+from keyshared.core.slots import SlotRange, slot_of
+from tests.coordinator.conftest import NAMESPACE, WAIT_S, take
+from tests.coordinator.members import StartMember, keys_in, members_for
+from tests.helpers import wait_until
+from tests.kafka.support.inprocess import Recorder
+from tests.kafka.support.journal import Event, check, produce
+
+LOW, HIGH = SlotRange(0, 32767), SlotRange(32768, 65535)
+
+
+@pytest.fixture
+def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
+    yield from members_for(kafka_bootstrap, zookeeper_hosts)
+
+
+@pytest.fixture
+def admin(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
+    with ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE) as zk:
+        yield zk
+
+
+class Sequencer:
+    """Per-key sequence numbers for produced records (value = seq, as the journal expects)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[bytes | None] = Counter()
+
+    def records(self, keys: list[bytes], each: int) -> list[tuple[bytes | None, int]]:
+        out: list[tuple[bytes | None, int]] = []
+        for _ in range(each):
+            for key in keys:
+                self.counts[key] += 1
+                out.append((key, self.counts[key]))
+        return out
+
+
+def in_range(events: list[Event], slots: SlotRange) -> list[Event]:
+    return [e for e in events if e.key is not None and slots.lo <= slot_of(e.key) <= slots.hi]
+
+
+def test_a_moving_range_reaches_its_new_owner_only_after_the_old_owner_drained(
+    start: StartMember,
+    admin: ZooKeeperCoordinator,
+    new_topic: object,
+    new_group: object,
+    kafka_bootstrap: str,
+) -> None:
+    topic = new_topic(1)  # type: ignore[operator]
+    group = new_group("ks-drain")  # type: ignore[operator]
+    held_keys = keys_in(HIGH, 3, "held")
+    high_keys = keys_in(HIGH, 5, "high")
+    low_keys = keys_in(LOW, 5, "low")
+    seq = Sequencer()
+    produce(kafka_bootstrap, topic, seq.records(held_keys + high_keys + low_keys, 4))
+
+    release = threading.Event()
+    holding: queue.Queue[bytes] = queue.Queue()
+
+    def hold_first(record: keyshared.Record) -> None:
+        if record.raw_key in held_keys and int(record.value) == 1:
+            holding.put(record.raw_key)
+            assert release.wait(WAIT_S * 4), "the test never released the held records"
+
+    a_journal, b_journal = Recorder(hold_first, pid=1), Recorder(pid=2)
+    start(group, topic, a_journal, member="A")
+    for _ in held_keys:
+        take(holding, "member A to hold its three records of the upper range")
+
+    admin.pins(group).set(HIGH, "B")
+    start(group, topic, b_journal, member="B")
+    leases = admin.range_leases(group, "observer")
+
+    def b_waits_for_a() -> bool:
+        return any(lease.member_id == "B" and not lease.held for lease in leases.read())
+
+    wait_until(b_waits_for_a, "B's lease of the upper range to queue behind A's", WAIT_S)
+    produce(kafka_bootstrap, topic, seq.records(held_keys + high_keys + low_keys, 3))
+    assert b_journal.snapshot() == [], "B ran a record before A drained the range"
+    release.set()
+
+    total = sum(seq.counts.values())
+    wait_until(
+        lambda: a_journal.finished() + b_journal.finished() >= total,
+        "every record to be processed by A or B",
+        WAIT_S * 4,
+    )
+    a_events, b_events = a_journal.snapshot(), b_journal.snapshot()
+    report = check(a_events + b_events, seq.counts)
+    assert not report.missing and not report.violations, report.summary()
+    assert report.duplicates == 0, f"records processed twice: {report.duplicate_ids[:5]}"
+    assert not in_range(b_events, LOW), "B ran a record of the range it does not own"
+
+    last_end_of_a = max(e.t for e in in_range(a_events, HIGH) if e.kind == "E")
+    first_start_of_b = min(e.t for e in b_events if e.kind == "S")
+    assert first_start_of_b >= last_end_of_a, "B started the range while A still ran it"
+    for key in held_keys + high_keys:
+        a_seqs = sorted(e.seq for e in a_events if e.key == key and e.kind == "E")
+        b_seqs = sorted(e.seq for e in b_events if e.key == key and e.kind == "E")
+        assert a_seqs + b_seqs == list(range(1, seq.counts[key] + 1)), (
+            f"{key!r}: B did not continue exactly where A stopped (A {a_seqs}, B {b_seqs})"
+        )
+
+
+def test_members_split_one_partition_by_slot_and_every_record_runs_once_in_order(
+    start: StartMember,
+    admin: ZooKeeperCoordinator,
+    new_topic: object,
+    new_group: object,
+    kafka_bootstrap: str,
+) -> None:
+    topic = new_topic(1)  # type: ignore[operator]
+    group = new_group("ks-split")  # type: ignore[operator]
+    keys = [f"key-{i}".encode() for i in range(400)]
+    seq = Sequencer()
+    journals = [Recorder(lambda r: time.sleep(0.001), pid=i + 1) for i in range(3)]
+    for i, journal in enumerate(journals):
+        start(group, topic, journal, member=f"M{i}")
+
+    def balanced() -> bool:
+        owners = {r.owner for r in admin.status(group).ranges if r.lease_holders == (r.owner,)}
+        return owners == {"M0", "M1", "M2"}
+
+    wait_until(balanced, "the leader to split the slots over three members", WAIT_S)
+    produce(kafka_bootstrap, topic, seq.records(keys, 10))
+    total = sum(seq.counts.values())
+    wait_until(
+        lambda: sum(j.finished() for j in journals) >= total,
+        "every record to be processed",
+        WAIT_S * 6,
+    )
+    events = [e for j in journals for e in j.snapshot()]
+    report = check(events, seq.counts)
+    assert not report.missing and not report.violations, report.summary()
+    assert report.duplicates == 0, f"records processed twice: {report.duplicate_ids[:5]}"
+    per_member = [len({e.key for e in j.snapshot()}) for j in journals]
+    assert all(60 <= n <= 220 for n in per_member), f"keys per member: {per_member}"
+    keys_seen = [{e.key for e in j.snapshot()} for j in journals]
+    assert not (keys_seen[0] & keys_seen[1] or keys_seen[1] & keys_seen[2]), "a key ran on two"
