@@ -250,6 +250,7 @@ class KeySharedMember:
     def _apply(self, owned: tuple[SlotRange, ...], generation: int) -> None:
         self._generation = generation
         self._desired = owned
+        self._gate.metrics.generation(generation)
         for slots in [s for s in self._pending if s not in owned]:
             self._pending.pop(slots).cancel()
         lost = [slots for slots in self._held if slots not in owned]
@@ -262,6 +263,8 @@ class KeySharedMember:
     def _queue_for(self, slots: SlotRange, generation: int) -> None:
         pending = self._leases.begin(slots, generation=generation)
         self._pending[slots] = pending
+        self._gate.metrics.pending_drains(len(self._pending))
+        queued_at = time.monotonic()
         log.info(
             "range %s: lease queued (token %d), waiting for its previous owner",
             slots,
@@ -280,7 +283,8 @@ class KeySharedMember:
                 log.exception("waiting for the lease of %s failed", slots)
                 inbox.post(lambda: self._retry(slots, pending))
                 return
-            inbox.post(lambda: self._granted(slots, pending, lease))
+            waited = time.monotonic() - queued_at
+            inbox.post(lambda: self._granted(slots, pending, lease, waited))
 
         threading.Thread(target=wait, name=f"keyshared-lease-{slots}", daemon=True).start()
 
@@ -290,11 +294,15 @@ class KeySharedMember:
             if slots in self._desired and not self._closing:
                 self._queue_for(slots, self._generation)
 
-    def _granted(self, slots: SlotRange, pending: PendingLease, lease: Lease) -> None:
+    def _granted(
+        self, slots: SlotRange, pending: PendingLease, lease: Lease, waited: float
+    ) -> None:
         if self._pending.get(slots) is not pending or self._closing or self._gate.lost:
             self._leases.release(lease)  # withdrawn meanwhile
             return
         del self._pending[slots]
+        self._gate.metrics.pending_drains(len(self._pending))
+        self._gate.metrics.handover_waited(waited)
         self._held[slots] = lease
         self._writers[slots] = self._zk.cursor_writer(self._group, lease)
         self._rebuild(drop=[])
@@ -343,6 +351,9 @@ class KeySharedMember:
             claims = self._claims[tp]
             if state is not None:
                 state.fencing = _token_lookup(claims, self._slot)
+        slots_held = sum(slots.hi - slots.lo + 1 for slots in self._held)
+        for topic in self._ctx.topics:
+            self._gate.metrics.owned(topic, ranges=len(self._held), slots=slots_held)
         log.info(
             "member %s holds %s (generation %d); reading %s",
             self._me,
