@@ -56,6 +56,7 @@ TP = tuple[str, int]
 _CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per cursor
 _WATERMARK_EVERY = 5.0  # seconds between the leader's low-watermark commits to Kafka
 _NULL_SLOT = slot_of(b"")
+_ASSIGN_RETRY_S = 0.5
 
 
 class KeySharedMember:
@@ -88,6 +89,7 @@ class KeySharedMember:
         self._releasing: list[tuple[Lease, list[PartitionState]]] = []
         self._written: dict[tuple[SlotRange, TP], tuple[int, str]] = {}
         self._next_watermark = 0.0
+        self._assign_retry_at: float | None = None
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
         self._leader: Any = None
         self._watch: Any = None
@@ -115,7 +117,11 @@ class KeySharedMember:
         )
 
     def tick(self) -> None:
-        """Release leases whose drain timed out, once their stragglers have finished."""
+        """Retry a failed assignment; release leases whose drain timed out, once their
+        stragglers have finished."""
+        retry_at = self._assign_retry_at
+        if retry_at is not None and time.monotonic() >= retry_at and not self._gate.lost:
+            self._assign_from_cursors()
         if not self._releasing:
             return
         with self._dispatcher.lock:
@@ -195,6 +201,7 @@ class KeySharedMember:
                 if s.window is not None
             ]
         ok = True
+        fenced: list[SlotRange] = []
         for slots, writer in list(self._writers.items()):
             for tp, cursor, finished in snapshot:
                 claims = self._claims.get(tp)
@@ -207,12 +214,14 @@ class KeySharedMember:
                 writer.flush()
             except Fenced:
                 ok = False
-                self._range_fenced(slots)
+                fenced.append(slots)
             except Exception as exc:
                 ok = False
                 for tp, *_ in snapshot:
                     self._written.pop((slots, tp), None)
                 log.warning("writing the cursors of range %s failed: %s", slots, exc)
+        for slots in fenced:
+            self._range_fenced(slots)
         return ok
 
     def _commit_low_watermark(self) -> None:
@@ -315,8 +324,10 @@ class KeySharedMember:
         old_states = [events.states[tp] for tp in self._assigned if tp in events.states]
         drained = events.revoked(list(self._assigned)) if self._assigned else True
         for slots in drop:
-            lease = self._held.pop(slots)
+            lease = self._held.pop(slots, None)
             self._writers.pop(slots, None)
+            if lease is None:
+                continue  # fenced while draining: the lease is gone already
             if drained:
                 self._leases.release(lease)
             else:
@@ -329,6 +340,22 @@ class KeySharedMember:
         self._assign_from_cursors()
 
     def _assign_from_cursors(self) -> None:
+        """Assign from the cursors; if reading them fails (ZooKeeper or the broker busy, e.g.
+        NOT_COORDINATOR while the group's offsets topic loads), read nothing and try again
+        from ``tick`` — never stay holding leases while reading nothing for good."""
+        try:
+            self._assign_now()
+        except Exception as exc:
+            log.warning("reading the cursors of %s failed (%s); retrying", self._me, exc)
+            self._assign_retry_at = time.monotonic() + _ASSIGN_RETRY_S
+            with contextlib.suppress(Exception):
+                self._consumer.assign([])
+            self._assigned = []
+            self._claims = {}
+        else:
+            self._assign_retry_at = None
+
+    def _assign_now(self) -> None:
         events = self._events
         assert events is not None
         held = [(slots, lease.token) for slots, lease in self._held.items()]
@@ -403,16 +430,17 @@ class KeySharedMember:
 
     def _range_fenced(self, slots: SlotRange) -> None:
         """A cursor write found the lease gone: someone else may hold the range now. Stop it
-        at once, without writing anything more for it."""
+        at once and write nothing more for it; what else is held is re-read from its cursors
+        once the current step (perhaps a drain) is over."""
         log.error("range %s: lease lost (fenced); stopping it without committing", slots)
         self._gate.metrics.fenced()
         self._held.pop(slots, None)
         self._writers.pop(slots, None)
-        events = self._events
-        assert events is not None
-        events.lost(list(self._assigned))
-        self._assigned = []
-        self._assign_from_cursors()
+        self._ctx.inbox.post(self._restart_after_fence)
+
+    def _restart_after_fence(self) -> None:
+        if not self._gate.lost and not self._closing:
+            self._rebuild(drop=[])  # drains first: no record runs twice at once in this member
 
     def _fence(self) -> None:
         """The session expired: every lease is gone. Drop all results, commit nothing."""
@@ -425,11 +453,18 @@ class KeySharedMember:
         self._writers.clear()
         self._written.clear()
         self._claims = {}
+        old_states = [events.states[tp] for tp in self._assigned if tp in events.states]
         if self._assigned:
             events.lost(list(self._assigned))
         self._assigned = []
         with contextlib.suppress(KafkaException):
             self._consumer.assign([])
+        # Handlers of the fenced work may still run: wait for them (bounded) before this member
+        # takes any work again, so that it never runs two records of one key at once itself.
+        if old_states and not self._dispatcher.wait_drained(
+            old_states, self._options.drain_timeout
+        ):
+            log.warning("fenced handlers still running after %ss", self._options.drain_timeout)
 
     def _rejoin(self) -> None:
         """A new session after an expiry: join again and take up the assignment in force."""

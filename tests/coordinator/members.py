@@ -62,6 +62,7 @@ def members_for(bootstrap: str, zookeeper: str) -> Iterator[StartMember]:
         }
         consumer = keyshared.KeySharedConsumer(config, [topic], handler, coordinator=zk, **options)
         run = Running(consumer)
+        run.zk = zk  # type: ignore[attr-defined]  # for tests that expire the member's session
         started.append(run)
         return run
 

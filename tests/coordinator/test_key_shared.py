@@ -18,7 +18,7 @@ import pytest
 import keyshared
 from coordinator import ZooKeeperCoordinator
 from keyshared.core.slots import SlotRange, slot_of
-from tests.coordinator.conftest import NAMESPACE, WAIT_S, take
+from tests.coordinator.conftest import NAMESPACE, WAIT_S, expire_session, take
 from tests.coordinator.members import StartMember, keys_in, members_for
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
@@ -155,3 +155,65 @@ def test_members_split_one_partition_by_slot_and_every_record_runs_once_in_order
     assert all(60 <= n <= 220 for n in per_member), f"keys per member: {per_member}"
     keys_seen = [{e.key for e in j.snapshot()} for j in journals]
     assert not (keys_seen[0] & keys_seen[1] or keys_seen[1] & keys_seen[2]), "a key ran on two"
+
+
+def test_a_member_whose_session_expires_is_fenced_and_the_new_owner_keeps_order(
+    start: StartMember,
+    admin: ZooKeeperCoordinator,
+    new_topic: object,
+    new_group: object,
+    kafka_bootstrap: str,
+    zookeeper_hosts: str,
+) -> None:
+    """A zombie: A's session expires while one of its handlers still runs. A's later cursor
+    writes are refused, nothing of A's old session is committed, B takes the range over from
+    A's last cursor, and apart from the zombie's own call every key keeps its order."""
+    topic = new_topic(1)  # type: ignore[operator]
+    group = new_group("ks-zombie")  # type: ignore[operator]
+    keys = [f"z{i}".encode() for i in range(20)]
+    stuck = keys[0]
+    seq = Sequencer()
+    produce(kafka_bootstrap, topic, seq.records(keys, 5))
+    release, holding = threading.Event(), threading.Event()
+
+    def hold_stuck(record: keyshared.Record) -> None:
+        if record.raw_key == stuck and int(record.value) == 3 and not release.is_set():
+            holding.set()
+            release.wait(WAIT_S * 4)
+
+    a_journal, b_journal = Recorder(hold_stuck, pid=1), Recorder(pid=2)
+    a = start(group, topic, a_journal, member="A", drain_timeout=3.0)
+    assert holding.wait(WAIT_S), "A never reached the record it holds"
+    [a_lease] = [lease for lease in admin.status(group).leases if lease.member_id == "A"]
+    start(group, topic, b_journal, member="B")
+    wait_until(lambda: "B" in admin.status(group).members, "B to join", WAIT_S)
+
+    expire_session(a.zk.client, zookeeper_hosts)  # type: ignore[attr-defined]
+    at_expiry = {(c.slots, c.topic, c.partition): c for c in admin.status(group).cursors}
+    wait_until(
+        lambda: any(r.lease_holders == ("B",) for r in admin.status(group).ranges),
+        "B to hold a range after A's session expired",
+        WAIT_S,
+    )
+    produce(kafka_bootstrap, topic, seq.records(keys, 2))
+    total = sum(seq.counts.values())
+    finished = lambda: {(e.key, e.seq) for j in (a_journal, b_journal) for e in j.snapshot()  # noqa: E731
+                        if e.kind == "E"}  # fmt: skip
+    wait_until(lambda: len(finished() - {(stuck, 3)}) >= total - 1, "the others", WAIT_S * 3)
+    release.set()  # the zombie's handler returns now: its result must be dropped
+    wait_until(lambda: len(finished()) >= total, "every record", WAIT_S * 2)
+
+    zombie = [e for e in a_journal.snapshot() if e.key == stuck and e.seq == 3]
+    events = [e for j in (a_journal, b_journal) for e in j.snapshot() if e not in zombie]
+    report = check(events, seq.counts)
+    assert not report.missing and not report.violations, report.summary()
+    assert [e.pid for e in events if e.key == stuck and e.seq == 3 and e.kind == "E"], (
+        "nobody but the zombie ran the record it held: it would be lost"
+    )
+    through_old_lease = [
+        c for c in admin.status(group).cursors if c.member_id == "A" and c.token == a_lease.token
+    ]
+    for cursor in through_old_lease:
+        assert cursor == at_expiry.get((cursor.slots, cursor.topic, cursor.partition)), (
+            f"the zombie wrote a cursor through its expired lease: {cursor}"
+        )
