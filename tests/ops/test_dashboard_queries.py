@@ -11,7 +11,9 @@ Two runs, both against Debian's ``prometheus`` on loopback scraping every second
   member joining the group midway so rebalances and drains really happen. Every panel must show
   data, except panels that only a ZooKeeper-coordinated group can fill (their metrics come from
   the coordinator, and this run has none); those are named in ``COORDINATOR_ONLY`` and covered
-  by the synthetic run. No query is padded with ``or vector(0)``: a zero line is only drawn when
+  by the synthetic run and by the same test in ``key_shared`` mode, where two members coordinated
+  through the real ZooKeeper must fill every panel, the coordinator's included. No query is
+  padded with ``or vector(0)``: a zero line is only drawn when
   the series exists, which the facade guarantees by creating known label sets at zero (the
   standard Prometheus practice) — never by faking a value in the dashboard.
 
@@ -179,9 +181,18 @@ def _handle(record: Any) -> None:
         raise ValueError(f"poison record at offset {record.offset}")
 
 
-def _start_consumer(bootstrap: str, group: str, topic: str, dlq: str) -> tuple[Any, Any]:
+def _start_consumer(
+    bootstrap: str, group: str, topic: str, dlq: str, zookeeper: str | None = None
+) -> tuple[Any, Any]:
+    from coordinator import ZooKeeperCoordinator
     from keyshared import KeySharedConsumer, RetryPolicy
 
+    coordinated: dict[str, Any] = {}
+    if zookeeper is not None:
+        coordinated = {
+            "mode": "key_shared",
+            "coordinator": ZooKeeperCoordinator(zookeeper, namespace="/keyshared-tests"),
+        }
     consumer = KeySharedConsumer(
         {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"},
         [topic],
@@ -192,6 +203,7 @@ def _start_consumer(bootstrap: str, group: str, topic: str, dlq: str) -> tuple[A
         retry=RetryPolicy(max_attempts=2, initial_backoff=0.05, max_backoff=0.1),
         key_filters=["k*", "poison-*"],
         metrics_port=0,
+        **coordinated,
     )
     thread = threading.Thread(target=consumer.run, name=f"consumer-{group}", daemon=True)
     thread.start()
@@ -209,16 +221,26 @@ def _target(url: str) -> str:
 
 @pytest.mark.integration
 @needs_prometheus
+@pytest.mark.parametrize("mode", ["partition", "key_shared"])
 def test_dashboard_queries_on_a_real_consumer(
-    kafka_bootstrap: str, new_topic: Callable[..., str], new_group: Callable[[str], str]
+    kafka_bootstrap: str,
+    zookeeper_hosts: str,
+    new_topic: Callable[..., str],
+    new_group: Callable[[str], str],
+    mode: str,
 ) -> None:
+    """In partition mode every panel but the coordinator's must show data; in key_shared mode
+    (two members coordinated through the real ZooKeeper) every panel must, the coordinator's
+    included."""
     topic, dlq = new_topic(partitions=4, prefix="dash"), new_topic(partitions=1, prefix="dash-dlq")
     group = new_group("dash")
+    zookeeper = zookeeper_hosts if mode == "key_shared" else None
+    optional = COORDINATOR_ONLY if zookeeper is None else ()
     consumers: list[tuple[Any, Any]] = []
     with _Load(kafka_bootstrap, topic), Prometheus() as prom:
         try:
             start = time.time()
-            consumers.append(_start_consumer(kafka_bootstrap, group, topic, dlq))
+            consumers.append(_start_consumer(kafka_bootstrap, group, topic, dlq, zookeeper))
             prom.add_target(_target(consumers[0][0].metrics_url))
             prom.wait_for_scrapes(3)
             sel = f'group="{group}"'
@@ -233,7 +255,7 @@ def test_dashboard_queries_on_a_real_consumer(
                 what="a dead letter",
             )
             # A second member joining makes the first revoke and drain partitions.
-            consumers.append(_start_consumer(kafka_bootstrap, group, topic, dlq))
+            consumers.append(_start_consumer(kafka_bootstrap, group, topic, dlq, zookeeper))
             prom.add_target(_target(consumers[1][0].metrics_url))
             prom.wait_until(
                 f"sum(keyshared_drain_duration_seconds_count{{{sel}}})",
@@ -248,8 +270,15 @@ def test_dashboard_queries_on_a_real_consumer(
             )
             hot_url = consumers[0][0].metrics_url.removesuffix("/metrics") + "/hotkeys"
             hot = json.loads(urllib.request.urlopen(hot_url, timeout=10).read())
+            if zookeeper is not None:
+                prom.wait_until(
+                    f"sum(keyshared_coordinator_handover_wait_seconds_count{{{sel}}})",
+                    lambda v: v >= 2,
+                    what="leases granted to both members",
+                )
+                prom.wait_for_scrapes(3)
             report = check_dashboard(
-                prom, DEFAULT_DASHBOARD, group, topic, start, optional=COORDINATOR_ONLY
+                prom, DEFAULT_DASHBOARD, group, topic, start, optional=optional
             )
         finally:
             for consumer, _ in consumers:
