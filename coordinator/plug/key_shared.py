@@ -24,24 +24,30 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from coordinator.assignment import AssignmentChange
 from coordinator.cursors import CursorWriter, read_cursors
-from coordinator.errors import AcquireCancelled, Fenced
-from coordinator.leases import Lease, PendingLease
+from coordinator.errors import Fenced
+from coordinator.leases import Lease
 from coordinator.members import MemberInfo
+from coordinator.plug.lease_queue import LeaseQueue
+from coordinator.plug.range_cursors import (
+    idle,
+    kafka_bases,
+    low_watermarks,
+    partitions_of,
+    range_cursor,
+    stored_cursors,
+    token_lookup,
+)
 from coordinator.plug.session_gate import SessionGate
-from keyshared.core.claims import PartitionClaims, StoredCursor
+from keyshared.core.claims import PartitionClaims
 from keyshared.core.filters import KeyFilter
-from keyshared.core.offsets import decode_finished, encode_finished
 from keyshared.core.slots import SlotRange, slot_of
-from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.seams import Accepts, MembershipEvents, PlugContext
 
 if TYPE_CHECKING:
@@ -85,12 +91,12 @@ class KeySharedMember:
         self._generation = 0
         self._held: dict[SlotRange, Lease] = {}
         self._writers: dict[SlotRange, CursorWriter] = {}
-        self._pending: dict[SlotRange, PendingLease] = {}
         self._releasing: list[tuple[Lease, list[PartitionState]]] = []
         self._written: dict[tuple[SlotRange, TP], tuple[int, str]] = {}
         self._next_watermark = 0.0
         self._assign_retry_at: float | None = None
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
+        self._queue = LeaseQueue(self._leases, context.inbox, self._gate.metrics, self._granted)
         self._leader: Any = None
         self._watch: Any = None
         self._membership: Any = None
@@ -100,7 +106,7 @@ class KeySharedMember:
 
     def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
         self._consumer, self._events = consumer, events
-        self._partitions = _partitions_of(consumer, topics, self._options.startup_timeout)
+        self._partitions = partitions_of(consumer, topics, self._options.startup_timeout)
         self._gate.start()
         self._membership = self._zk.join(self._group, self._info())
         self._watch = self._zk.watch_assignment(
@@ -125,7 +131,7 @@ class KeySharedMember:
         if not self._releasing:
             return
         with self._dispatcher.lock:
-            done = [(lease, states) for lease, states in self._releasing if _idle(states)]
+            done = [(lease, states) for lease, states in self._releasing if idle(states)]
         for item in done:
             self._releasing.remove(item)
             self._leases.release(item[0])
@@ -134,9 +140,7 @@ class KeySharedMember:
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""
         self._closing = True
-        for pending in self._pending.values():
-            pending.cancel()
-        self._pending.clear()
+        self._queue.cancel_all()
         for lease in self._held.values():
             with contextlib.suppress(Exception):
                 self._leases.release(lease)
@@ -205,7 +209,7 @@ class KeySharedMember:
         for slots, writer in list(self._writers.items()):
             for tp, cursor, finished in snapshot:
                 claims = self._claims.get(tp)
-                offset, metadata = _range_cursor(slots, claims, cursor, finished)
+                offset, metadata = range_cursor(slots, claims, cursor, finished)
                 if not force and self._written.get((slots, tp)) == (offset, metadata):
                     continue
                 writer.stage(tp[0], tp[1], offset, metadata)
@@ -228,21 +232,10 @@ class KeySharedMember:
         """Commit the lowest resume point of all ranges per partition to Kafka, under the group
         id, so that standard lag tools (and a switch back to partition mode) see progress."""
         try:
-            stored = read_cursors(self._zk.client, self._zk.layout(self._group))
+            offsets = low_watermarks(read_cursors(self._zk.client, self._zk.layout(self._group)))
         except Exception as exc:
             log.debug("reading cursors for the low watermark failed: %s", exc)
             return
-        by_tp: dict[TP, list[StoredCursor]] = {}
-        for cursor in stored:
-            by_tp.setdefault((cursor.topic, cursor.partition), []).append(
-                StoredCursor(cursor.slots, cursor.offset, cursor.token)
-            )
-        offsets = []
-        for tp, cursors in by_tp.items():
-            claims = PartitionClaims.resolve([(SlotRange(0, 65535), 0)], cursors, base=-1)
-            low = claims.start
-            if low is not None and low >= 0 and all(p.start >= 0 for p in claims.pieces):
-                offsets.append(TopicPartition(tp[0], tp[1], low))
         if offsets:
             try:
                 self._consumer.commit(offsets=offsets, asynchronous=True)
@@ -260,58 +253,18 @@ class KeySharedMember:
         self._generation = generation
         self._desired = owned
         self._gate.metrics.generation(generation)
-        for slots in [s for s in self._pending if s not in owned]:
-            self._pending.pop(slots).cancel()
+        self._queue.keep_only(owned)
         lost = [slots for slots in self._held if slots not in owned]
         if lost:
             self._rebuild(drop=lost)
         for slots in owned:
-            if slots not in self._held and slots not in self._pending:
-                self._queue_for(slots, generation)
+            if slots not in self._held and slots not in self._queue:
+                self._queue.queue(slots, generation)
 
-    def _queue_for(self, slots: SlotRange, generation: int) -> None:
-        pending = self._leases.begin(slots, generation=generation)
-        self._pending[slots] = pending
-        self._gate.metrics.pending_drains(len(self._pending))
-        queued_at = time.monotonic()
-        log.info(
-            "range %s: lease queued (token %d), waiting for its previous owner",
-            slots,
-            pending.token,
-        )
-        inbox = self._ctx.inbox
-
-        def wait() -> None:
-            try:
-                lease = pending.wait()
-            except AcquireCancelled:
-                return
-            except Fenced:
-                return  # the session is gone; the gate handles the rest
-            except Exception:
-                log.exception("waiting for the lease of %s failed", slots)
-                inbox.post(lambda: self._retry(slots, pending))
-                return
-            waited = time.monotonic() - queued_at
-            inbox.post(lambda: self._granted(slots, pending, lease, waited))
-
-        threading.Thread(target=wait, name=f"keyshared-lease-{slots}", daemon=True).start()
-
-    def _retry(self, slots: SlotRange, pending: PendingLease) -> None:
-        if self._pending.get(slots) is pending:
-            del self._pending[slots]
-            if slots in self._desired and not self._closing:
-                self._queue_for(slots, self._generation)
-
-    def _granted(
-        self, slots: SlotRange, pending: PendingLease, lease: Lease, waited: float
-    ) -> None:
-        if self._pending.get(slots) is not pending or self._closing or self._gate.lost:
-            self._leases.release(lease)  # withdrawn meanwhile
+    def _granted(self, slots: SlotRange, lease: Lease) -> None:
+        if self._closing or self._gate.lost or slots not in self._desired:
+            self._leases.release(lease)
             return
-        del self._pending[slots]
-        self._gate.metrics.pending_drains(len(self._pending))
-        self._gate.metrics.handover_waited(waited)
         self._held[slots] = lease
         self._writers[slots] = self._zk.cursor_writer(self._group, lease)
         self._rebuild(drop=[])
@@ -377,7 +330,7 @@ class KeySharedMember:
             state = events.states.get(tp)
             claims = self._claims[tp]
             if state is not None:
-                state.fencing = _token_lookup(claims, self._slot)
+                state.fencing = token_lookup(claims, self._slot)
         slots_held = sum(slots.hi - slots.lo + 1 for slots in self._held)
         for topic in self._ctx.topics:
             self._gate.metrics.owned(topic, ranges=len(self._held), slots=slots_held)
@@ -390,41 +343,13 @@ class KeySharedMember:
         )
 
     def _read_claims(self, held: list[tuple[SlotRange, int]]) -> dict[TP, PartitionClaims]:
-        layout = self._zk.layout(self._group)
-        stored: dict[TP, list[StoredCursor]] = {}
-        for cursor in read_cursors(self._zk.client, layout):
-            stored.setdefault((cursor.topic, cursor.partition), []).append(
-                StoredCursor(
-                    cursor.slots,
-                    cursor.offset,
-                    cursor.token,
-                    decode_finished(cursor.offset, cursor.metadata),
-                )
-            )
-        bases = self._bases()
+        stored = stored_cursors(read_cursors(self._zk.client, self._zk.layout(self._group)))
+        reset = str(self._ctx.kafka_config.get("auto.offset.reset", "earliest"))
+        bases = kafka_bases(self._consumer, self._partitions, reset, self._options.startup_timeout)
         return {
             tp: PartitionClaims.resolve(held, stored.get(tp, []), bases[tp])
             for tp in self._partitions
         }
-
-    def _bases(self) -> dict[TP, int]:
-        """Where slots without any cursor start: the group's committed offset in Kafka, else
-        the reset policy's end of the partition."""
-        timeout = self._options.startup_timeout
-        committed = self._consumer.committed(
-            [TopicPartition(t, p) for t, p in self._partitions], timeout=timeout
-        )
-        reset = str(self._ctx.kafka_config.get("auto.offset.reset", "earliest"))
-        bases: dict[TP, int] = {}
-        for tp in committed:
-            if tp.offset >= 0:
-                bases[(tp.topic, tp.partition)] = tp.offset
-                continue
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(tp.topic, tp.partition), timeout=timeout
-            )
-            bases[(tp.topic, tp.partition)] = high if reset in ("latest", "end", "largest") else low
-        return bases
 
     # -- losing ranges without a drain --------------------------------------------------------
 
@@ -446,9 +371,7 @@ class KeySharedMember:
         """The session expired: every lease is gone. Drop all results, commit nothing."""
         events = self._events
         assert events is not None
-        for pending in self._pending.values():
-            pending.cancel()
-        self._pending.clear()
+        self._queue.cancel_all()
         self._held.clear()
         self._writers.clear()
         self._written.clear()
@@ -482,58 +405,3 @@ class KeySharedMember:
             mode="key_shared",
             topics=tuple(self._ctx.topics),
         )
-
-
-def _range_cursor(
-    slots: SlotRange,
-    claims: PartitionClaims | None,
-    window_cursor: int,
-    finished: list[int] | set[int] | frozenset[int],
-) -> tuple[int, str]:
-    """The cursor of one range in one partition, from the member's window.
-
-    Every record below the window's cursor is done, and so is every record of the range below
-    the lowest resume point of its pieces (earlier holders did them): the range's cursor is the
-    higher of the two, so a freshly gained range never moves back. Finished offsets above it
-    (the window's, and those the range's pieces carried over) travel in the metadata.
-    """
-    floor = window_cursor
-    carried: set[int] = set()
-    if claims is not None:
-        pieces = [p for p in claims.pieces if p.slots.overlaps(slots)]
-        if pieces:
-            floor = max(window_cursor, min(p.start for p in pieces))
-            for piece in pieces:
-                carried.update(o for o in piece.finished if o >= floor)
-    done = {o for o in finished if o >= floor} | carried
-    if not done:
-        return floor, ""
-    return floor, encode_finished(floor, sorted(done), _CURSOR_METADATA_BYTES) or ""
-
-
-def _token_lookup(
-    claims: PartitionClaims, slot: Callable[[bytes | None, int], int]
-) -> Callable[[bytes | None, int], int | None]:
-    """The fencing token of a record: its range's lease token (set on each record's Record)."""
-    return lambda key, offset: claims.token_of(slot(key, offset))
-
-
-def _idle(states: list[PartitionState]) -> bool:
-    return all(state.running == 0 for state in states)
-
-
-def _partitions_of(consumer: Any, topics: list[str], timeout: float) -> list[TP]:
-    """Every partition of ``topics``; a missing topic is an error naming it."""
-    found: list[TP] = []
-    for topic in topics:
-        try:
-            metadata = consumer.list_topics(topic, timeout=timeout)
-        except KafkaException as exc:
-            raise KeySharedError(f"listing the partitions of {topic!r} failed: {exc}") from None
-        described = metadata.topics.get(topic)
-        if described is None or described.error is not None or not described.partitions:
-            raise ConfigurationError(
-                "topics", f"topic {topic!r} does not exist (key_shared reads every partition)"
-            )
-        found.extend((topic, p) for p in sorted(described.partitions))
-    return found

@@ -1,0 +1,101 @@
+"""Lease acquisitions waited on threads of their own, their grants delivered to the poll thread.
+
+A lease may take as long as the previous owner's drain; the poll thread cannot wait that long
+(it serves commits, metrics and shutdown), so each acquisition waits on a thread and the grant
+is posted to the poll inbox. Everything else here runs on the poll thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from coordinator.errors import AcquireCancelled, Fenced
+from coordinator.leases import Lease, PendingLease, RangeLeases
+from keyshared.core.slots import SlotRange
+from keyshared.kafka.seams import PollInbox
+from keyshared.metrics import CoordinatorMetrics
+
+__all__ = ["LeaseQueue"]
+
+log = logging.getLogger(__name__)
+
+Granted = Callable[[SlotRange, Lease], None]
+
+
+class LeaseQueue:
+    """The acquisitions a member has under way, one per range.
+
+    :param leases: the member's range leases.
+    :param inbox: where grants are delivered (the poll thread runs them).
+    :param metrics: pending drains and hand-over waits are reported here.
+    :param on_granted: called on the poll thread with each lease that is still wanted.
+    """
+
+    def __init__(
+        self,
+        leases: RangeLeases,
+        inbox: PollInbox,
+        metrics: CoordinatorMetrics,
+        on_granted: Granted,
+    ) -> None:
+        self._leases = leases
+        self._inbox = inbox
+        self._metrics = metrics
+        self._on_granted = on_granted
+        self._pending: dict[SlotRange, PendingLease] = {}
+
+    def __contains__(self, slots: object) -> bool:
+        return slots in self._pending
+
+    def queue(self, slots: SlotRange, generation: int) -> None:
+        """Queue for ``slots`` (behind every overlapping lease of another member)."""
+        pending = self._leases.begin(slots, generation=generation)
+        self._pending[slots] = pending
+        self._metrics.pending_drains(len(self._pending))
+        queued_at = time.monotonic()
+        log.info("range %s: lease queued (token %d)", slots, pending.token)
+
+        def wait() -> None:
+            try:
+                lease = pending.wait()
+            except (AcquireCancelled, Fenced):
+                return  # withdrawn, or the session is gone (the session gate handles that)
+            except Exception:
+                log.exception("waiting for the lease of %s failed; queueing again", slots)
+                self._inbox.post(lambda: self._again(slots, pending, generation))
+                return
+            waited = time.monotonic() - queued_at
+            self._inbox.post(lambda: self._granted(slots, pending, lease, waited))
+
+        threading.Thread(target=wait, name=f"keyshared-lease-{slots}", daemon=True).start()
+
+    def keep_only(self, wanted: tuple[SlotRange, ...]) -> None:
+        """Withdraw every acquisition of a range no longer wanted."""
+        for slots in [s for s in self._pending if s not in wanted]:
+            self._pending.pop(slots).cancel()
+        self._metrics.pending_drains(len(self._pending))
+
+    def cancel_all(self) -> None:
+        for pending in self._pending.values():
+            pending.cancel()
+        self._pending.clear()
+        self._metrics.pending_drains(0)
+
+    def _again(self, slots: SlotRange, pending: PendingLease, generation: int) -> None:
+        if self._pending.get(slots) is pending:
+            del self._pending[slots]
+            self.queue(slots, generation)
+
+    def _granted(
+        self, slots: SlotRange, pending: PendingLease, lease: Lease, waited: float
+    ) -> None:
+        if self._pending.get(slots) is not pending:
+            self._leases.release(lease)  # withdrawn meanwhile
+            return
+        del self._pending[slots]
+        self._metrics.pending_drains(len(self._pending))
+        self._metrics.handover_waited(waited)
+        self._on_granted(slots, lease)

@@ -1,0 +1,134 @@
+"""Cursor arithmetic of ``key_shared`` members: what to write for a range, where to start.
+
+Kept apart from :mod:`coordinator.plug.key_shared`, which decides *when* (on which assignment
+change, after which drain); this module only computes offsets, from the member's window, the
+stored cursors and the group's Kafka offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from coordinator.cursors import Cursor
+from keyshared.core.claims import PartitionClaims, StoredCursor
+from keyshared.core.offsets import decode_finished, encode_finished
+from keyshared.core.slots import MAX_SLOT, SlotRange
+from keyshared.errors import ConfigurationError, KeySharedError
+
+if TYPE_CHECKING:
+    from keyshared.kafka.partition import PartitionState
+
+__all__ = [
+    "idle",
+    "kafka_bases",
+    "low_watermarks",
+    "partitions_of",
+    "range_cursor",
+    "stored_cursors",
+    "token_lookup",
+]
+
+TP = tuple[str, int]
+_CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per cursor
+_RESET_TO_END = ("latest", "end", "largest")
+
+
+def stored_cursors(cursors: Iterable[Cursor]) -> dict[TP, list[StoredCursor]]:
+    """The coordinator's cursors per partition, with their finished offsets decoded."""
+    stored: dict[TP, list[StoredCursor]] = {}
+    for cursor in cursors:
+        stored.setdefault((cursor.topic, cursor.partition), []).append(
+            StoredCursor(
+                cursor.slots,
+                cursor.offset,
+                cursor.token,
+                decode_finished(cursor.offset, cursor.metadata),
+            )
+        )
+    return stored
+
+
+def low_watermarks(cursors: Iterable[Cursor]) -> list[TopicPartition]:
+    """Per partition, the lowest resume point over the whole slot space (partitions where some
+    slot has no cursor yet are left out: their low point is not known)."""
+    offsets = []
+    for (topic, partition), stored in stored_cursors(cursors).items():
+        claims = PartitionClaims.resolve([(SlotRange(0, MAX_SLOT), 0)], stored, base=-1)
+        low = claims.start
+        if low is not None and low >= 0 and all(p.start >= 0 for p in claims.pieces):
+            offsets.append(TopicPartition(topic, partition, low))
+    return offsets
+
+
+def kafka_bases(consumer: Any, partitions: list[TP], reset: str, timeout: float) -> dict[TP, int]:
+    """Where slots without any cursor start: the group's committed offset in Kafka, else the
+    end of the partition that ``auto.offset.reset`` names."""
+    committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout)
+    bases: dict[TP, int] = {}
+    for tp in committed:
+        if tp.offset >= 0:
+            bases[(tp.topic, tp.partition)] = tp.offset
+            continue
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(tp.topic, tp.partition), timeout=timeout
+        )
+        bases[(tp.topic, tp.partition)] = high if reset in _RESET_TO_END else low
+    return bases
+
+
+def range_cursor(
+    slots: SlotRange,
+    claims: PartitionClaims | None,
+    window_cursor: int,
+    finished: list[int] | set[int] | frozenset[int],
+) -> tuple[int, str]:
+    """The cursor of one range in one partition, from the member's window.
+
+    Every record below the window's cursor is done, and so is every record of the range below
+    the lowest resume point of its pieces (earlier holders did them): the range's cursor is the
+    higher of the two, so a freshly gained range never moves back. Finished offsets above it
+    (the window's, and those the range's pieces carried over) travel in the metadata.
+    """
+    floor = window_cursor
+    carried: set[int] = set()
+    if claims is not None:
+        pieces = [p for p in claims.pieces if p.slots.overlaps(slots)]
+        if pieces:
+            floor = max(window_cursor, min(p.start for p in pieces))
+            for piece in pieces:
+                carried.update(o for o in piece.finished if o >= floor)
+    done = {o for o in finished if o >= floor} | carried
+    if not done:
+        return floor, ""
+    return floor, encode_finished(floor, sorted(done), _CURSOR_METADATA_BYTES) or ""
+
+
+def token_lookup(
+    claims: PartitionClaims, slot: Callable[[bytes | None, int], int]
+) -> Callable[[bytes | None, int], int | None]:
+    """The fencing token of a record: its range's lease token (set on each record's Record)."""
+    return lambda key, offset: claims.token_of(slot(key, offset))
+
+
+def idle(states: list[PartitionState]) -> bool:
+    return all(state.running == 0 for state in states)
+
+
+def partitions_of(consumer: Any, topics: list[str], timeout: float) -> list[TP]:
+    """Every partition of ``topics``; a missing topic is an error naming it."""
+    found: list[TP] = []
+    for topic in topics:
+        try:
+            metadata = consumer.list_topics(topic, timeout=timeout)
+        except KafkaException as exc:
+            raise KeySharedError(f"listing the partitions of {topic!r} failed: {exc}") from None
+        described = metadata.topics.get(topic)
+        if described is None or described.error is not None or not described.partitions:
+            raise ConfigurationError(
+                "topics", f"topic {topic!r} does not exist (key_shared reads every partition)"
+            )
+        found.extend((topic, p) for p in sorted(described.partitions))
+    return found
