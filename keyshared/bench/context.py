@@ -30,6 +30,7 @@ class BenchContext:
     :param handler_ms: override of the simulated handler latency, if given.
     :param workers: override of keyshared's worker count, if given.
     :param quix_python: interpreter that has quixstreams installed (None: this one).
+    :param zookeeper: ZooKeeper hosts, for the coordinator's scenarios.
     """
 
     bootstrap: str
@@ -38,6 +39,7 @@ class BenchContext:
     handler_ms: float | None = None
     workers: int | None = None
     quix_python: str | None = None
+    zookeeper: str | None = None  # for the coordinator's scenarios (scaleout)
     console: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
     _topics: list[str] = field(default_factory=list)
     _admin: AdminClient | None = None

@@ -40,6 +40,11 @@ __all__ = ["bench"]
     help="Python interpreter with quixstreams installed (its confluent-kafka pin conflicts "
     "with keyshared's, so it may live in another venv) [default: this one].",
 )
+@click.option(
+    "--zookeeper",
+    envvar="KEYSHARED_ZOOKEEPER",
+    help="ZooKeeper for the coordinator's scenarios [env KEYSHARED_ZOOKEEPER].",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 def bench(
     scenarios: tuple[str, ...],
@@ -50,6 +55,7 @@ def bench(
     workers: int | None,
     out: Path,
     quix_python: str | None,
+    zookeeper: str | None,
     list_only: bool,
 ) -> None:
     """Run benchmark scenarios (all by default); every figure is compared with baselines
@@ -75,11 +81,18 @@ def bench(
     chosen = list(scenarios) or list(registry)
     err = Console(stderr=True, highlight=False)
     try:
-        where = choose_cluster(bootstrap_servers, None, err)
+        where = choose_cluster(bootstrap_servers, zookeeper, err)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     ctx = BenchContext(
-        where.bootstrap, quick, records, handler_ms, workers, quix_python, console=err
+        where.bootstrap,
+        quick,
+        records,
+        handler_ms,
+        workers,
+        quix_python,
+        where.zookeeper,
+        console=err,
     )
     out.mkdir(parents=True, exist_ok=True)
     results: list[ScenarioResult] = []

@@ -93,10 +93,10 @@ def balanced(zk: ZooKeeperCoordinator, group: str, members: set[str]) -> bool:
 
 
 def held_by(zk: ZooKeeperCoordinator, group: str, slots: object, member: str) -> bool:
-    """Whether ``member`` owns exactly ``slots`` by the plan and holds its lease."""
-    return any(
-        r.slots == slots and r.owner == member and r.lease_holders == (member,)
-        for r in zk.status(group).ranges
+    """Whether ``member`` owns every slot of ``slots`` by the plan and holds the leases."""
+    overlapping = [r for r in zk.status(group).ranges if r.slots.overlaps(slots)]  # type: ignore[arg-type]
+    return bool(overlapping) and all(
+        r.owner == member and r.lease_holders == (member,) for r in overlapping
     )
 
 
