@@ -140,6 +140,10 @@ class KeySharedMember:
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""
         self._closing = True
+        if self._writers and not self._gate.lost:
+            # The final cursors are written: bring the group's Kafka offsets up to them, so lag
+            # tools see the end even if no leader is left to do it later.
+            self._commit_low_watermark(wait=True)
         self._queue.cancel_all()
         for lease in self._held.values():
             with contextlib.suppress(Exception):
@@ -228,7 +232,7 @@ class KeySharedMember:
             self._range_fenced(slots)
         return ok
 
-    def _commit_low_watermark(self) -> None:
+    def _commit_low_watermark(self, wait: bool = False) -> None:
         """Commit the lowest resume point of all ranges per partition to Kafka, under the group
         id, so that standard lag tools (and a switch back to partition mode) see progress."""
         try:
@@ -238,7 +242,7 @@ class KeySharedMember:
             return
         if offsets:
             try:
-                self._consumer.commit(offsets=offsets, asynchronous=True)
+                self._consumer.commit(offsets=offsets, asynchronous=not wait)
             except KafkaException as exc:
                 log.debug("committing the low watermark failed: %s", exc)
 

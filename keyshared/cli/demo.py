@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from keyshared.demo import DemoSettings, choose_cluster, print_summary, run_demo
+from keyshared.demo.cluster import ClusterChoice
 from keyshared.errors import KeySharedError
 
 __all__ = ["demo"]
@@ -50,6 +51,25 @@ __all__ = ["demo"]
     "stops it), or stop it at the end. A cluster that was already running, or given by -b, "
     "is never touched.",
 )
+@click.option(
+    "--mode",
+    type=click.Choice(["partition", "key_shared"]),
+    default="partition",
+    help="key_shared: the members split the topic's keys by slot through ZooKeeper, so more "
+    "members than partitions all work (try --partitions 1 --members 4).",
+)
+@click.option(
+    "--zookeeper",
+    envvar="KEYSHARED_ZOOKEEPER",
+    help="ZooKeeper for --mode key_shared [env KEYSHARED_ZOOKEEPER; default: the local one].",
+)
+@click.option(
+    "--spark",
+    "spark_replay",
+    is_flag=True,
+    help="Instead of the main job: park a key with the live consumer, replay the DLQ with "
+    "Spark (keyshared.spark), resume in order. Needs keyshared[spark].",
+)
 def demo(
     bootstrap_servers: str | None,
     records: int,
@@ -62,6 +82,9 @@ def demo(
     timeout: float,
     metrics_port: int,
     keep_cluster: bool,
+    mode: str,
+    zookeeper: str | None,
+    spark_replay: bool,
 ) -> None:
     """Run a keyed order workload through keyshared and prove order and completeness.
 
@@ -82,9 +105,12 @@ def demo(
     )
     began = time.monotonic()
     try:
-        where = choose_cluster(bootstrap_servers, None, console)
+        where = choose_cluster(bootstrap_servers, zookeeper, console)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
+    if spark_replay:
+        _spark_demo(where, console, keep_cluster)
+        return
     settings = DemoSettings(
         records,
         keys,
@@ -95,6 +121,8 @@ def demo(
         poison_every,
         timeout=timeout,
         metrics_port=metrics_port,
+        mode=mode,
+        zookeeper=where.zookeeper,
     )
     try:
         outcome = run_demo(where.bootstrap, settings, console)
@@ -103,6 +131,20 @@ def demo(
             f"Demo finished in {time.monotonic() - began:.0f} s (cluster start included)."
         )
     except KeySharedError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        where.release(not keep_cluster, console)
+    if not outcome.ok:
+        raise SystemExit(1)
+
+
+def _spark_demo(where: ClusterChoice, console: Console, keep_cluster: bool) -> None:
+    """The ``--spark`` story (keyshared.demo.spark_replay); exits 1 if order was not kept."""
+    from keyshared.demo.spark_replay import run_spark_replay_demo
+
+    try:
+        outcome = run_spark_replay_demo(where.bootstrap, console)
+    except (KeySharedError, ImportError) as exc:
         raise click.ClickException(str(exc)) from None
     finally:
         where.release(not keep_cluster, console)

@@ -25,6 +25,7 @@ from keyshared.demo.progress import DemoProgress
 from keyshared.demo.verifier import OrderVerifier, Verdict
 from keyshared.demo.workload import OrderWorkload, ProducedSet
 from keyshared.dev.testing import create_topic
+from keyshared.errors import KeySharedError
 
 __all__ = ["DemoOutcome", "DemoSettings", "run_demo"]
 
@@ -46,6 +47,8 @@ class DemoSettings:
     max_attempts: int = 3
     timeout: float = 300.0
     metrics_port: int | None = 0
+    mode: str = "partition"  # or key_shared: members split the partitions' keys via ZooKeeper
+    zookeeper: str | None = None
 
 
 @dataclass
@@ -69,6 +72,17 @@ class DemoOutcome:
     @property
     def ok(self) -> bool:
         return not self.lost and self.verdict.violations == 0 and not self.timed_out
+
+
+def _coordination(settings: DemoSettings) -> dict[str, object]:
+    """key_shared mode's options for one member: its own ZooKeeper session."""
+    if settings.mode != "key_shared":
+        return {}
+    from coordinator import ZooKeeperCoordinator
+
+    if settings.zookeeper is None:
+        raise KeySharedError("--mode key_shared needs ZooKeeper (the local cluster has one)")
+    return {"mode": "key_shared", "coordinator": ZooKeeperCoordinator(settings.zookeeper)}
 
 
 def run_demo(bootstrap: str, settings: DemoSettings, console: Console) -> DemoOutcome:
@@ -102,6 +116,7 @@ def run_demo(bootstrap: str, settings: DemoSettings, console: Console) -> DemoOu
             dlq_topic=dlq_topic,
             retry=retry,
             metrics_port=settings.metrics_port if i == 0 else None,
+            **_coordination(settings),  # type: ignore[arg-type]
         )
         for i in range(settings.members)
     ]
@@ -114,10 +129,15 @@ def run_demo(bootstrap: str, settings: DemoSettings, console: Console) -> DemoOu
     for member in members:
         member.wait_started(60)
     metrics_url = members[0].metrics_url
+    how = (
+        f"key_shared: {settings.members} members split {settings.partitions} partition(s) "
+        "by key slot through ZooKeeper"
+        if settings.mode == "key_shared"
+        else f"{settings.members} keyshared members"
+    )
     console.print(
-        f"{settings.members} keyshared members x {settings.workers} workers, handler "
-        f"{settings.handler_ms:g} ms, poison policy dead_letter"
-        + (f"; metrics at {metrics_url}" if metrics_url else "")
+        f"{how} x {settings.workers} workers, handler {settings.handler_ms:g} ms, poison "
+        "policy dead_letter" + (f"; metrics at {metrics_url}" if metrics_url else "")
     )
     workload = OrderWorkload(settings.records, settings.keys, settings.poison_every)
     producer = threading.Thread(target=workload.produce, args=(bootstrap, topic), daemon=True)

@@ -6,10 +6,20 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from keyshared.demo.verifier import OrderVerifier
 
 
-def test_demo_small_run_proves_order_and_completeness(kafka_bootstrap: str) -> None:
+@pytest.mark.parametrize("mode", ["partition", "key_shared"])
+def test_demo_small_run_proves_order_and_completeness(
+    kafka_bootstrap: str, zookeeper_hosts: str, mode: str
+) -> None:
+    """key_shared runs more members (3) than partitions (1): the coordinator splits the keys."""
+    shape = ["--partitions", "3", "--members", "2"]
+    if mode == "key_shared":
+        shape = ["--partitions", "1", "--members", "3", "--mode", "key_shared",
+                 "--zookeeper", zookeeper_hosts]  # fmt: skip
     command = [
         sys.executable,
         "-c",
@@ -21,10 +31,7 @@ def test_demo_small_run_proves_order_and_completeness(kafka_bootstrap: str) -> N
         "1500",
         "--keys",
         "60",
-        "--partitions",
-        "3",
-        "--members",
-        "2",
+        *shape,
         "--workers",
         "8",
         "--handler-ms",
