@@ -212,12 +212,13 @@ class KeySharedMember:
         fenced: list[SlotRange] = []
         for slots, writer in list(self._writers.items()):
             for tp, cursor, finished in snapshot:
-                claims = self._claims.get(tp)
-                offset, metadata = range_cursor(slots, claims, cursor, finished)
-                if not force and self._written.get((slots, tp)) == (offset, metadata):
+                computed = range_cursor(slots, self._claims.get(tp), cursor, finished)
+                if computed is None:
+                    continue  # granted, not read yet: its stored cursor stands
+                if not force and self._written.get((slots, tp)) == computed:
                     continue
-                writer.stage(tp[0], tp[1], offset, metadata)
-                self._written[(slots, tp)] = (offset, metadata)
+                writer.stage(tp[0], tp[1], *computed)
+                self._written[(slots, tp)] = computed
             try:
                 writer.flush()
             except Fenced:

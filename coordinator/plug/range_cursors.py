@@ -84,22 +84,27 @@ def range_cursor(
     claims: PartitionClaims | None,
     window_cursor: int,
     finished: list[int] | set[int] | frozenset[int],
-) -> tuple[int, str]:
-    """The cursor of one range in one partition, from the member's window.
+) -> tuple[int, str] | None:
+    """The cursor of one range in one partition, from the member's window; None when the
+    window does not read the range yet.
 
     Every record below the window's cursor is done, and so is every record of the range below
     the lowest resume point of its pieces (earlier holders did them): the range's cursor is the
     higher of the two, so a freshly gained range never moves back. Finished offsets above it
     (the window's, and those the range's pieces carried over) travel in the metadata.
+
+    A range whose lease was just granted is not in the claims the window was built from until
+    the member re-reads from the cursors: writing the window's cursor for it then would move
+    the range back to wherever this member's other ranges stand, and its next owner would
+    redo everything since.
     """
-    floor = window_cursor
+    pieces = [] if claims is None else [p for p in claims.pieces if p.slots.overlaps(slots)]
+    if not pieces:
+        return None
+    floor = max(window_cursor, min(p.start for p in pieces))
     carried: set[int] = set()
-    if claims is not None:
-        pieces = [p for p in claims.pieces if p.slots.overlaps(slots)]
-        if pieces:
-            floor = max(window_cursor, min(p.start for p in pieces))
-            for piece in pieces:
-                carried.update(o for o in piece.finished if o >= floor)
+    for piece in pieces:
+        carried.update(o for o in piece.finished if o >= floor)
     done = {o for o in finished if o >= floor} | carried
     if not done:
         return floor, ""

@@ -34,7 +34,7 @@ from tests.kafka.support.journal import (
 
 pytestmark = pytest.mark.slow
 
-SESSION_TIMEOUT = "4"
+SESSION_TIMEOUT = "10"  # a loaded 2-core machine can starve a member for seconds
 
 
 @pytest.fixture

@@ -1,0 +1,41 @@
+"""Cursor arithmetic of key_shared members (no server): what a range's cursor may be."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.plug.range_cursors import range_cursor
+from keyshared.core.claims import PartitionClaims, StoredCursor
+from keyshared.core.offsets import decode_finished
+from keyshared.core.slots import SlotRange
+
+pytestmark = pytest.mark.unit
+
+LOW, HIGH = SlotRange(0, 32767), SlotRange(32768, 65535)
+
+
+def test_a_range_just_granted_gets_no_cursor_from_a_window_that_does_not_read_it() -> None:
+    """Found by the join/leave/crash test: a member flushed a just-granted range with its own
+    window's (far lower) cursor before re-reading, and the range's next owner redid records."""
+    claims = PartitionClaims.resolve([(LOW, 1)], [StoredCursor(LOW, 100, 1)], base=0)
+    assert range_cursor(HIGH, claims, window_cursor=100, finished=[]) is None
+    assert range_cursor(HIGH, None, window_cursor=100, finished=[]) is None
+
+
+def test_a_freshly_read_range_never_moves_back_below_its_resume_point() -> None:
+    stored = [StoredCursor(LOW, 100, 1), StoredCursor(HIGH, 5000, 2, {5003})]
+    claims = PartitionClaims.resolve([(LOW, 3), (HIGH, 4)], stored, base=0)
+    assert claims.start == 100  # the window starts low, for the low range
+    offset, metadata = range_cursor(HIGH, claims, window_cursor=120, finished=[121])
+    assert offset == 5000
+    assert decode_finished(offset, metadata) == {5003}
+    assert range_cursor(LOW, claims, window_cursor=120, finished=[121]) == (
+        120,
+        metadata_of(120, [121]),
+    )
+
+
+def metadata_of(cursor: int, finished: list[int]) -> str:
+    from keyshared.core.offsets import encode_finished
+
+    return encode_finished(cursor, finished, 60_000) or ""
