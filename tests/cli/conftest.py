@@ -53,8 +53,6 @@ def dlq_for(kafka_bootstrap: str) -> Iterator[Callable[[str], str]]:
     delete_topics(admin, made)
 
 
-
-
 def committed_to_end(bootstrap: str, group: str, topic: str, partitions: int) -> bool:
     """Whether ``group``'s committed offset is at the high watermark on every partition."""
     reader = GroupReader({"bootstrap.servers": bootstrap}, 10.0)

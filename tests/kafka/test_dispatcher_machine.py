@@ -238,6 +238,4 @@ class DispatcherMachine(RuleBasedStateMachine):
 
 
 TestDispatcherMachine = DispatcherMachine.TestCase
-TestDispatcherMachine.settings = settings(
-    max_examples=150, stateful_step_count=30, deadline=None
-)
+TestDispatcherMachine.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)

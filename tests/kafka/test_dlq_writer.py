@@ -76,7 +76,6 @@ def written(metrics: ConsumerMetrics, dlq_topic: str) -> float:
     return REGISTRY.get_sample_value("keyshared_dlq_writes_total", labels) or 0.0
 
 
-
 class Acks:
     """Counts ``on_acked`` calls per source offset, so "exactly once" can be asserted."""
 

@@ -73,7 +73,6 @@ def open_store(
         store.close()
 
 
-
 def park(store: KeyStateStore, topic: str, partition: int, key: bytes | None, offset: int) -> None:
     durable = threading.Event()
     store.park(topic, partition, key, offset, still_wanted=lambda: True, on_durable=durable.set)

@@ -98,7 +98,6 @@ def committed(bootstrap: str, group: str, topic: str) -> int | None:
         consumer.close()
 
 
-
 def read_dlq(bootstrap: str, topic: str, count: int) -> list[Any]:
     """Wait for ``count`` dead letters in partition 0 of ``topic``; return exactly those."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}"})
