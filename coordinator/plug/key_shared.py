@@ -95,6 +95,7 @@ class KeySharedMember:
         self._written: dict[tuple[SlotRange, TP], tuple[int, str]] = {}
         self._next_watermark = 0.0
         self._assign_retry_at: float | None = None
+        self._flushed = True  # did every cursor write since the last drain go through?
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
         self._queue = LeaseQueue(self._leases, context.inbox, self._gate.metrics, self._granted)
         self._leader: Any = None
@@ -133,9 +134,15 @@ class KeySharedMember:
         with self._dispatcher.lock:
             done = [(lease, states) for lease, states in self._releasing if idle(states)]
         for item in done:
+            if self._gate.suspended:
+                return  # a release needs the connection; the session may yet come back
+            try:
+                self._leases.release(item[0])
+            except Exception as exc:  # connection lost meanwhile: try again next tick
+                log.warning("releasing the lease of %s failed (%s); retrying", item[0].key, exc)
+                return
             self._releasing.remove(item)
-            self._leases.release(item[0])
-            log.info("range %s: stragglers finished, lease released", item[0].key)
+            log.info("range %s: lease released", item[0].key)
 
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""
@@ -201,6 +208,7 @@ class KeySharedMember:
         if not self._writers or not states:
             return not self._held or not states
         if self._gate.suspended:
+            self._flushed = False
             return False  # the session may be gone: writing now could not be trusted
         with self._dispatcher.lock:
             snapshot = [
@@ -231,6 +239,7 @@ class KeySharedMember:
                 log.warning("writing the cursors of range %s failed: %s", slots, exc)
         for slots in fenced:
             self._range_fenced(slots)
+        self._flushed = self._flushed and ok
         return ok
 
     def _commit_low_watermark(self, wait: bool = False) -> None:
@@ -280,14 +289,24 @@ class KeySharedMember:
         events = self._events
         assert events is not None
         old_states = [events.states[tp] for tp in self._assigned if tp in events.states]
+        self._flushed = True
         drained = events.revoked(list(self._assigned)) if self._assigned else True
+        committed = self._flushed
         for slots in drop:
             lease = self._held.pop(slots, None)
             self._writers.pop(slots, None)
             if lease is None:
                 continue  # fenced while draining: the lease is gone already
-            if drained:
-                self._leases.release(lease)
+            if drained and committed and not self._gate.suspended:
+                try:
+                    self._leases.release(lease)
+                except Exception as exc:
+                    log.warning("releasing the lease of %s failed (%s); retrying", slots, exc)
+                    self._releasing.append((lease, []))
+            elif drained:
+                # The final cursor write failed (ZooKeeper unreachable): release only once it
+                # can go through, or the session ends and takes the lease with it.
+                self._releasing.append((lease, []))
             else:
                 log.warning(
                     "range %s: drain timed out; its lease is kept until the records still "
