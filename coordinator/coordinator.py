@@ -174,15 +174,23 @@ class ZooKeeperCoordinator:
 
         :raises CoordinatorUnreachable: no ZooKeeper server answered within ``connect_timeout``.
         """
+        from coordinator.plug.exclusive import ExclusiveMember
         from coordinator.plug.key_shared import KeySharedMember
+        from coordinator.plug.partition_leases import PartitionLeaseMember
 
         mode = context.options.mode
         self.start()
         if mode == "key_shared":
             member = KeySharedMember(self, context)
             return Plug(membership=member, ownership=member, cursor_store=member)
+        if mode == "partition":
+            leases = PartitionLeaseMember(self, context)
+            return Plug(membership=leases, cursor_store=leases)
+        if mode == "exclusive":
+            exclusive = ExclusiveMember(self, context)
+            return Plug(membership=exclusive, cursor_store=exclusive)
         raise ConfigurationError(
-            "coordinator", f"the ZooKeeper coordinator does not support mode {mode!r} yet"
+            "coordinator", f"the ZooKeeper coordinator does not support mode {mode!r}"
         )
 
     def status(self, group: str) -> GroupStatus:

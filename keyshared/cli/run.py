@@ -91,6 +91,13 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     help="ZooKeeper hosts for coordination (default: $KEYSHARED_ZOOKEEPER).",
 )
 @click.option(
+    "--partition-leases/--no-partition-leases",
+    default=None,
+    help="partition mode: hold a ZooKeeper lease per partition, so a new owner never overlaps "
+    "the old one's stragglers [default: on when --zookeeper is given on the command line; "
+    "$KEYSHARED_ZOOKEEPER alone does not turn it on].",
+)
+@click.option(
     "--zookeeper-auth",
     envvar="KEYSHARED_ZOOKEEPER_AUTH",
     callback=zookeeper_auth,
@@ -171,6 +178,7 @@ def run(
     workers: int,
     mode: str,
     zookeeper: str | None,
+    partition_leases: bool | None,
     zookeeper_auth: tuple[str, str] | None,
     session_timeout: float,
     poison: str | None,
@@ -221,9 +229,12 @@ def run(
     config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "group.id": group}
     config.update(parse_properties(properties))
     zk = None
-    if mode == "key_shared":
+    if _uses_zookeeper(mode, zookeeper, partition_leases):
         if not zookeeper:
-            raise click.UsageError("--mode key_shared needs --zookeeper (or $KEYSHARED_ZOOKEEPER)")
+            raise click.UsageError(
+                f"--mode {mode}{' --partition-leases' if mode == 'partition' else ''} needs "
+                "--zookeeper (or $KEYSHARED_ZOOKEEPER)"
+            )
         from coordinator import ZooKeeperCoordinator
 
         zk = ZooKeeperCoordinator(
@@ -232,8 +243,11 @@ def run(
             session_timeout=session_timeout,
             connect_timeout=startup_timeout,
         )
-    elif zookeeper:
-        log.info("--zookeeper is used by --mode key_shared only; the Kafka group coordinates")
+    elif mode == "exclusive":
+        log.warning(
+            "--mode exclusive without --zookeeper: serial per partition in this member only; "
+            "nothing keeps a second member from consuming too (no single active member)"
+        )
     try:
         consumer = KeySharedConsumer(
             config,
@@ -260,3 +274,20 @@ def run(
         consumer.run()
     except KeySharedError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _uses_zookeeper(mode: str, zookeeper: str | None, partition_leases: bool | None) -> bool:
+    """Whether this run coordinates through ZooKeeper.
+
+    ``key_shared`` always does. ``exclusive`` does whenever a ZooKeeper is known (flag or
+    ``$KEYSHARED_ZOOKEEPER``): a single active member is what the mode promises. ``partition``
+    does only when asked, with ``--partition-leases`` or a ``--zookeeper`` typed on the command
+    line: ``keyshared dev env`` exports ``$KEYSHARED_ZOOKEEPER`` to every shell, and leases
+    (a ZooKeeper session per member, a wait at each hand-over) should not switch on by accident.
+    """
+    if mode in ("key_shared", "exclusive"):
+        return mode == "key_shared" or bool(zookeeper)
+    if partition_leases is not None:
+        return partition_leases
+    source = click.get_current_context().get_parameter_source("zookeeper")
+    return bool(zookeeper) and source is click.core.ParameterSource.COMMANDLINE

@@ -23,8 +23,14 @@ from rich.console import Console
 from rich.table import Table
 
 from keyshared.cli.run import parse_properties
+from keyshared.errors import KeySharedError
 from keyshared.ops import GroupReader, GroupStatus, OpsError, collect_status
 from keyshared.ops.collect import DEFAULT_DLQ_TOPIC
+from keyshared.ops.coordinator_view import (
+    CoordinatorView,
+    read_coordinator_view,
+    render_coordinator,
+)
 from keyshared.ops.group_status import format_ranges
 
 __all__ = ["CommandError", "broker_options", "reader_for", "render_key_states", "status"]
@@ -112,6 +118,13 @@ def status_json(status: GroupStatus) -> dict[str, Any]:
     help="A running member's metrics endpoint, e.g. http://host:9400/metrics "
     "(repeatable): adds its hot keys and what holds each cursor back.",
 )
+@click.option(
+    "--zookeeper",
+    envvar="KEYSHARED_ZOOKEEPER",
+    default=None,
+    help="ZooKeeper of the group's coordinator: adds partition leases, the active member and "
+    "standbys (default: $KEYSHARED_ZOOKEEPER).",
+)
 def status(
     bootstrap_servers: str,
     group: str,
@@ -121,6 +134,7 @@ def status(
     properties: tuple[str, ...],
     topics: tuple[str, ...],
     metrics_urls: tuple[str, ...],
+    zookeeper: str | None,
 ) -> None:
     """Show a consumer group's committed state, members, held keys and DLQs.
 
@@ -139,10 +153,34 @@ def status(
         raise CommandError(str(exc)) from None
     finally:
         reader.close()
+    coordination = _coordinator_section(zookeeper, group, timeout)
     if as_json:
-        click.echo(json.dumps(status_json(report), indent=2, sort_keys=True))
+        data = status_json(report)
+        if isinstance(coordination, CoordinatorView):
+            data["coordinator"] = coordination.to_json()
+        elif coordination is not None:
+            data["coordinator"] = coordination
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
         return
-    render_status(_console(), report)
+    console = _console()
+    render_status(console, report)
+    if isinstance(coordination, CoordinatorView):
+        render_coordinator(console, coordination)
+    elif coordination is not None:
+        console.print(f"[red]Coordinator at {zookeeper}: {coordination['error']}[/]")
+
+
+def _coordinator_section(
+    zookeeper: str | None, group: str, timeout: float
+) -> CoordinatorView | dict[str, Any] | None:
+    """The coordinator's view, or ``{"error": ...}`` when ZooKeeper did not answer: the broker's
+    report stands on its own, so a coordinator outage is shown, not fatal."""
+    if not zookeeper:
+        return None
+    try:
+        return read_coordinator_view(zookeeper, group, timeout=timeout)
+    except KeySharedError as exc:
+        return {"hosts": zookeeper, "error": str(exc)}
 
 
 def render_status(console: Console, report: GroupStatus) -> None:

@@ -58,3 +58,40 @@ def test_a_client_without_credentials_cannot_write(
     finally:
         owner.client.delete(f"{NAMESPACE}/groups/{group}", recursive=True)
         owner.close()
+
+
+def test_a_client_without_credentials_cannot_touch_partition_leases_or_the_active_lock(
+    zookeeper_hosts: str, zk_client: ClientFactory
+) -> None:
+    """Issue 12's znodes: partition-mode leases and exclusive mode's lock contenders."""
+    group = unique_name("acl12")
+    owner = ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE, auth=("orders", "s3cret"))
+    owner.start()
+    try:
+        layout = owner.layout(group)
+        lease = owner.partition_leases(group, "a").acquire("payments", 0, generation=1)
+        active = owner.exclusive(group, "a")
+        assert active.acquire(timeout=10)
+        lock_node = f"{layout.active}/{owner.client.get_children(layout.active)[0]}"
+
+        intruder = zk_client()
+        assert intruder.get(lease.path)[0]  # reading stays open (keyshared status)
+        attempts = {
+            "delete a partition lease": lambda: intruder.delete(lease.path),
+            "overwrite a partition lease": lambda: intruder.set(lease.path, b"{}"),
+            "queue for a partition lease": lambda: intruder.create(
+                f"{layout.partition_leases}/payments@0-", b"{}", ephemeral=True, sequence=True
+            ),
+            "delete the active member's lock node": lambda: intruder.delete(lock_node),
+            "queue for the active lock": lambda: intruder.create(
+                f"{layout.active}/x__lock__", b"x", ephemeral=True, sequence=True
+            ),
+        }
+        for what, attempt in attempts.items():
+            with pytest.raises(NoAuthError):
+                attempt()
+                pytest.fail(f"a client without credentials could {what}")
+        assert owner.partition_leases(group, "a").is_held(lease) and active.is_active
+    finally:
+        owner.client.delete(f"{NAMESPACE}/groups/{group}", recursive=True)
+        owner.close()

@@ -1,0 +1,287 @@
+"""``exclusive`` mode (``ordering_required``) with the coordinator: one active member per group.
+
+Every member connects and contends for the group's kazoo Lock
+(:class:`~coordinator.exclusive.ExclusiveLock`) on a thread of its own; the poll loop keeps
+running meanwhile (with nothing assigned), so ``consumer.stop()`` ends a standby at once. The
+holder is the one active member: it assigns itself every partition of its topics, from the
+committed offsets, and processes them strictly serially per partition (the dispatcher runs one
+ordered lane per partition in this mode). The others are standbys.
+
+Why ``assign`` rather than a Kafka group subscription: the lock already makes the member
+exclusive, and a subscription would tie failover to the Kafka group's own session timeout
+(``session.timeout.ms``, 45 s by default): after ``kill -9`` of the active member, a standby's
+JoinGroup waits until the broker gives up on the dead member. With ``assign`` failover takes the
+ZooKeeper session timeout plus a fetch. Commits still go to the group id, so lag tools work (the
+group shows as ``Empty`` with committed offsets). Partitions added to a topic while a member is
+active are picked up at its next activation.
+
+- **commits** carry the lock: refused unless this member's lock znode is still the lowest of
+  the group's contenders (one ``get_children`` per commit), and counted as fenced otherwise.
+- **session lost**: fence (``events.lost`` for everything, unassign, commit nothing) and go
+  back to standby: a new candidacy once the session is renewed. Handlers that were running go
+  on until they finish; a renewed candidacy that wins starts only after they have.
+- **records** carry the lock's token (its sequence number, larger for every later holder).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaException, TopicPartition
+from kazoo.exceptions import KazooException
+
+from coordinator.errors import AcquireCancelled
+from coordinator.exclusive import ExclusiveLock
+from coordinator.plug.session_gate import SessionGate
+from keyshared.errors import ConfigurationError, KeySharedError
+from keyshared.kafka.commits import Committer
+from keyshared.kafka.seams import MembershipEvents, PlugContext
+
+if TYPE_CHECKING:
+    from coordinator.coordinator import ZooKeeperCoordinator
+    from keyshared.kafka.partition import PartitionState
+
+__all__ = ["ExclusiveMember"]
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+class _Candidacy:
+    """One attempt to become active: a lock and the thread that waits for it.
+
+    :param lock: a fresh lock recipe (a lock object does not outlive its session here).
+    :param post: hands a callable to the poll thread.
+    :param on_active: called on the poll thread with this candidacy once the lock is held.
+    """
+
+    def __init__(
+        self,
+        lock: ExclusiveLock,
+        post: Callable[[Callable[[], None]], None],
+        on_active: Callable[[_Candidacy], None],
+    ) -> None:
+        self.lock = lock
+        self.since = time.monotonic()
+        self._post = post
+        self._on_active = on_active
+        self._thread = threading.Thread(target=self._wait, name="keyshared-standby", daemon=True)
+        self._thread.start()
+
+    def _wait(self) -> None:
+        try:
+            acquired = self.lock.acquire(timeout=None)
+        except AcquireCancelled:
+            return
+        except Exception:
+            log.exception("waiting to become the active member failed")
+            return
+        if acquired:
+            self._post(lambda: self._on_active(self))
+
+    def withdraw(self) -> None:
+        """Stop waiting, and give the lock up if it was granted (any thread)."""
+        self.lock.cancel()
+        with contextlib.suppress(Exception):  # disconnected: the lock goes with the session
+            self.lock.release()
+
+
+class ExclusiveMember:
+    """The consumer's membership and cursor store in ``exclusive`` mode (module docstring).
+
+    :param zk: the coordinator (started); its session is this member's for the run.
+    :param context: the consumer run it plugs into.
+    """
+
+    def __init__(self, zk: ZooKeeperCoordinator, context: PlugContext) -> None:
+        self._zk = zk
+        self._ctx = context
+        self._group = context.group
+        self._me = context.member_id
+        self._active_dir = zk.layout(context.group).active
+        self._consumer: Any = None
+        self._events: MembershipEvents | None = None
+        self._committer: Committer | None = None
+        self._topics: list[str] = []
+        self._candidacy: _Candidacy | None = None
+        self._ready: _Candidacy | None = None  # won, waiting for fenced stragglers to finish
+        self._assigned: list[TP] = []
+        self._stragglers: list[PartitionState] = []
+        self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._stand_by)
+        self._closing = False
+
+    @property
+    def active(self) -> bool:
+        """Whether this member is the active one and dispatching."""
+        return bool(self._assigned)
+
+    # -- Membership ------------------------------------------------------------------------------
+
+    def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
+        self._consumer, self._events, self._topics = consumer, events, list(topics)
+        self._committer = Committer(
+            consumer, self._ctx.metrics, self._ctx.dispatcher.lock, lambda tp: events.states.get(tp)
+        )
+        self._gate.start()
+        self._stand_by()
+
+    def tick(self) -> None:
+        """Activate a won candidacy once the handlers of a fenced activity have finished."""
+        if self._stragglers:
+            with self._ctx.dispatcher.lock:
+                self._stragglers = [s for s in self._stragglers if s.running > 0]
+        if self._ready is not None and not self._stragglers:
+            ready, self._ready = self._ready, None
+            self._activate(ready)
+
+    def leave(self) -> None:
+        """After the final commit: stop waiting or give up the active role; end the session."""
+        self._closing = True
+        if self._candidacy is not None:
+            self._candidacy.withdraw()
+            self._candidacy = None
+        self._gate.stop()
+        self._zk.close()
+
+    # -- becoming active -------------------------------------------------------------------------
+
+    def _stand_by(self) -> None:
+        """Contend for the active role (at start, and again after a lost session)."""
+        if self._closing:
+            return
+        lock = self._zk.exclusive(self._group, self._me)
+        self._candidacy = _Candidacy(lock, self._ctx.inbox.post, self._activate)
+        log.info("%s is a standby of exclusive group %s", self._me, self._group)
+
+    def _activate(self, candidacy: _Candidacy) -> None:
+        """The lock is ours: read every partition from its committed offset, serially."""
+        if candidacy is not self._candidacy or self._closing or self._gate.lost:
+            candidacy.withdraw()  # a stale win (the session was lost meanwhile, or stopping)
+            return
+        if self._stragglers:
+            log.info("active role won; waiting for the handlers of the fenced activity")
+            self._ready = candidacy
+            return
+        events, committer = self._require_events(), self._committer
+        assert committer is not None
+        timeout = self._ctx.options.startup_timeout
+        try:
+            partitions = _partitions_of(self._consumer, self._topics, timeout)
+            starts = committer.starting_points(partitions, timeout)
+        except (KeySharedError, KafkaException) as exc:
+            log.error(
+                "%s won the active role but cannot read its topics: %s; stopping", self._me, exc
+            )
+            candidacy.withdraw()
+            self._candidacy = None
+            self._ctx.request_stop()
+            return
+        targets = []
+        for tp in partitions:
+            offset = starts.get(tp, (None, ""))[0]
+            targets.append(TopicPartition(*tp) if offset is None else TopicPartition(*tp, offset))
+        self._consumer.assign(targets)
+        self._assigned = partitions
+        events.assigned(list(partitions))
+        token = candidacy.lock.token
+        for tp in partitions:
+            state = events.states.get(tp)
+            if state is not None:
+                state.fencing = lambda _key, _offset: token
+        self._gate.metrics.handover_waited(time.monotonic() - candidacy.since)
+        log.info(
+            "%s is the active member of %s (token %d): %s",
+            self._me,
+            self._group,
+            token,
+            ", ".join(f"{t}[{p}]@{starts.get((t, p), (None, ''))[0]}" for t, p in partitions),
+        )
+
+    # -- the session ------------------------------------------------------------------------------
+
+    def _fence(self) -> None:
+        """The session expired: the lock is gone and a standby may be active already. Discard
+        everything, commit nothing, stop reading; a renewed session stands by again."""
+        if self._candidacy is not None:
+            self._candidacy.withdraw()
+            self._candidacy = None
+        self._ready = None
+        if not self._assigned:
+            return
+        events = self._require_events()
+        self._stragglers += [s for tp in self._assigned if (s := events.states.get(tp))]
+        events.lost(list(self._assigned))
+        self._assigned = []
+        with contextlib.suppress(KafkaException):
+            self._consumer.assign([])
+        log.error("%s lost the active role with its session; back to standby", self._me)
+
+    # -- CursorStore ------------------------------------------------------------------------------
+
+    def starting_points(
+        self, partitions: list[TP], timeout: float
+    ) -> dict[TP, tuple[int | None, str]]:
+        assert self._committer is not None
+        return self._committer.starting_points(partitions, timeout)
+
+    def commit_async(self, states: Iterable[PartitionState]) -> None:
+        states = list(states)
+        if states and self._still_active():
+            assert self._committer is not None
+            self._committer.commit_async(states)
+
+    def commit_sync(self, states: Iterable[PartitionState]) -> bool:
+        states = list(states)
+        if not states:
+            return True
+        if not self._still_active():
+            return False
+        assert self._committer is not None
+        return self._committer.commit_sync(states)
+
+    def _still_active(self) -> bool:
+        """Whether this member's lock znode is still the lowest contender (one read); a commit
+        is refused (and counted as fenced) otherwise."""
+        candidacy = self._candidacy
+        if self._gate.suspended:
+            return False  # the session may be gone: wait until it is known
+        if candidacy is None or not self._assigned or self._gate.lost:
+            self._gate.metrics.fenced()
+            log.error("commit refused: %s is not (or may no longer be) the active member", self._me)
+            return False
+        token = candidacy.lock.token
+        try:
+            children = self._zk.client.get_children(self._active_dir)
+        except KazooException as exc:
+            log.warning("checking the active lock before a commit failed: %s", exc)
+            return False
+        sequences = sorted(int(name[-10:]) for name in children)
+        if token >= 0 and sequences and sequences[0] == token:
+            return True
+        self._gate.metrics.fenced()
+        log.error("commit refused: the active lock of %s is no longer %s's", self._group, self._me)
+        return False
+
+    def _require_events(self) -> MembershipEvents:
+        assert self._events is not None, "join() has not been called"
+        return self._events
+
+
+def _partitions_of(consumer: Any, topics: list[str], timeout: float) -> list[TP]:
+    """Every partition of ``topics``; a missing topic is an error naming it."""
+    found: list[TP] = []
+    for topic in topics:
+        try:
+            described = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        except KafkaException as exc:
+            raise KeySharedError(f"listing the partitions of {topic!r} failed: {exc}") from None
+        if described is None or described.error is not None or not described.partitions:
+            raise ConfigurationError("topics", f"topic {topic!r} does not exist")
+        found.extend((topic, p) for p in sorted(described.partitions))
+    return found

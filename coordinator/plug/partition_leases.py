@@ -1,0 +1,460 @@
+"""``partition`` mode with the coordinator: the Kafka group assigns, a lease lets a partition run.
+
+Without the coordinator a revoke whose drain times out hands the partition over anyway, and the
+next owner may start a key's next record while the old owner still runs the previous one. Here a
+partition that the group assigns stays paused in the consumer, and no record of it is admitted,
+until this member holds the partition's lease (``partition-leases/<topic>@<p>-<seq>``). The
+previous owner releases its lease only once nothing of the partition runs there any more:
+
+- **revoke**: drain (bounded by ``drain_timeout``), final commit, then release. If the drain
+  timed out, the lease is kept until the stragglers finish (checked every loop iteration), so
+  the next owner waits for them instead of overlapping them.
+- **lost** (``on_lost``: the group dropped this member, a zombie): results are discarded and
+  nothing is committed; the lease is released once the partition's handlers have finished, or
+  goes with the ZooKeeper session if the process dies or stalls past it. Releasing it at once
+  would let the new owner overlap handlers that are still running here.
+- **grant**: the committed offset is read *after* the grant (the previous owner committed before
+  releasing), the consumer seeks there (records fetched before, and dropped, come again) and
+  resumes, and only then does the poll loop get the partition (``events.assigned``).
+
+Commits carry the lease: the cursor store refuses, before Kafka sees it, the commit of a
+partition whose lease znode is gone (one ``get_children`` per commit), and counts it as fenced.
+Records carry the lease's token (``Record`` fencing token) for downstream fencing.
+
+Session handling is :class:`~coordinator.plug.session_gate.SessionGate`'s: suspended pauses
+dispatch and commits; lost fences every partition (``events.lost``) and keeps them paused; a
+renewed session queues for the leases of the partitions the group still assigns here.
+Everything in this class runs on the poll thread (rebalance callbacks are served inside
+``consume``); lease waits run on threads of their own that post the grant to the inbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
+from kazoo.exceptions import KazooException
+
+from coordinator.errors import AcquireCancelled, Fenced
+from coordinator.leases import Lease, PendingLease
+from coordinator.plug.session_gate import SessionGate
+from keyshared.kafka.commits import Committer
+from keyshared.kafka.seams import MembershipEvents, PlugContext
+
+if TYPE_CHECKING:
+    from coordinator.coordinator import ZooKeeperCoordinator
+    from keyshared.kafka.partition import PartitionState
+
+__all__ = ["PartitionLeaseMember"]
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+_REQUEUE_EVERY = 1.0  # seconds between retries of a lease that could not even be queued
+
+
+class PartitionLeaseMember:
+    """The consumer's membership and cursor store in ``partition`` mode with a coordinator.
+
+    Example::
+
+        zk = ZooKeeperCoordinator("127.0.0.1:2181")
+        KeySharedConsumer(config, ["orders"], handle, coordinator=zk).run()  # mode="partition"
+
+    :param zk: the coordinator (started); its session is this member's for the run.
+    :param context: the consumer run it plugs into.
+    """
+
+    def __init__(self, zk: ZooKeeperCoordinator, context: PlugContext) -> None:
+        self._zk = zk
+        self._ctx = context
+        self._options = context.options
+        self._dispatcher = context.dispatcher
+        self._leases = zk.partition_leases(context.group, context.member_id)
+        self._directory = zk.layout(context.group).partition_leases
+        self._incremental = _incremental(context.kafka_config)
+        self._consumer: Any = None
+        self._events: MembershipEvents | None = None
+        self._committer: Committer | None = None
+        self._generation = 0  # assignments seen; stored in the lease for operators
+        self._assigned: set[TP] = set()  # by the group: paused here until leased
+        self._unqueued: set[TP] = set()  # assigned, but queueing for the lease failed
+        self._next_requeue = 0.0
+        self._pending: dict[TP, tuple[PendingLease, float]] = {}
+        self._held: dict[TP, Lease] = {}  # granted and handed to the poll loop
+        self._state: dict[TP, PartitionState] = {}  # the poll loop's state of each held one
+        self._ready: dict[TP, Lease] = {}  # granted, waiting for this member's own stragglers
+        self._stragglers: list[tuple[Lease | None, PartitionState]] = []
+        self._starts: dict[TP, tuple[int | None, str]] = {}
+        self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
+        self._closing = False
+
+    # -- Membership ------------------------------------------------------------------------------
+
+    def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
+        self._consumer, self._events = consumer, events
+        self._committer = Committer(
+            consumer, self._ctx.metrics, self._dispatcher.lock, lambda tp: events.states.get(tp)
+        )
+        self._gate.start()
+        consumer.subscribe(
+            topics,
+            on_assign=lambda _c, parts: self._on_assign(parts),
+            on_revoke=lambda _c, parts: self._on_revoke(_tps(parts)),
+            on_lost=lambda _c, parts: self._on_lost(_tps(parts)),
+        )
+        log.info(
+            "partition mode with leases: member %s of %s", self._ctx.member_id, self._ctx.group
+        )
+
+    def tick(self) -> None:
+        """Release leases whose stragglers finished; start grants that waited for them."""
+        if self._stragglers:
+            with self._dispatcher.lock:
+                done = [item for item in self._stragglers if item[1].running == 0]
+            for item in done:
+                self._stragglers.remove(item)
+                if item[0] is not None:
+                    self._release(item[0])
+                    log.info("%s: stragglers finished, lease released", item[1])
+        for tp in [tp for tp in self._ready if not self._straggling(tp)]:
+            self._start(tp, self._ready.pop(tp))
+        if self._unqueued and time.monotonic() >= self._next_requeue:
+            self._next_requeue = time.monotonic() + _REQUEUE_EVERY
+            for tp in sorted(self._unqueued):
+                self._queue_for(tp)
+
+    def leave(self) -> None:
+        """After the final commit: release every lease whose partition is idle, then end the
+        session. Leases of partitions whose handlers still run (the shutdown drain timed out)
+        are kept until those finish, on a thread of their own, or until the process ends and
+        its session with it: the next owner never overlaps them."""
+        self._closing = True
+        for pending, _ in self._pending.values():
+            pending.cancel()
+        self._pending.clear()
+        kept: list[tuple[Lease | None, PartitionState | None]] = [
+            (lease, self._state.get(tp)) for tp, lease in self._held.items()
+        ]
+        kept += [(lease, None) for lease in self._ready.values()]
+        kept += self._stragglers
+        self._held.clear()
+        self._ready.clear()
+        self._stragglers.clear()
+        self._gate.stop()
+        with self._dispatcher.lock:
+            busy = [(lease, s) for lease, s in kept if s is not None and s.running > 0]
+        for lease, state in kept:
+            if lease is not None and (lease, state) not in busy:
+                self._release(lease)
+        if not busy:
+            self._zk.close()
+            return
+        log.warning(
+            "leaving with handlers still running in %s: their leases are kept until they "
+            "finish (or this process ends and its ZooKeeper session expires)",
+            ", ".join(sorted({str(s) for _, s in busy})),
+        )
+        threading.Thread(
+            target=self._close_when_idle, args=(busy,), name="keyshared-lease-keeper", daemon=True
+        ).start()
+
+    def _close_when_idle(self, busy: list[tuple[Lease | None, PartitionState]]) -> None:
+        states = [s for _, s in busy]
+        while not self._dispatcher.wait_drained(states, timeout=60.0):
+            log.info("still waiting for handlers in %s before releasing their leases", states)
+        for lease, state in busy:
+            if lease is not None:
+                self._release(lease)
+                log.info("%s: stragglers finished after leaving, lease released", state)
+        self._zk.close()
+
+    # -- the group's rebalance callbacks (poll thread, inside consume) ----------------------------
+
+    def _on_assign(self, partitions: list[TopicPartition]) -> None:
+        """Take the partitions paused: nothing of them runs before the lease is granted."""
+        self._generation += 1
+        if self._incremental:
+            self._consumer.incremental_assign(partitions)
+        else:
+            self._consumer.assign(partitions)
+        if not partitions:
+            return
+        self._consumer.pause(partitions)
+        for tp in _tps(partitions):
+            self._assigned.add(tp)
+            self._queue_for(tp)
+
+    def _on_revoke(self, tps: list[TP]) -> None:
+        """Drain and commit what runs, then release; keep the lease of stragglers."""
+        if self._closing:
+            return  # served by consumer.close() after leave(): nothing is held any more
+        events = self._require_events()
+        self._forget(tps)
+        held = [tp for tp in tps if tp in self._held]
+        if not held:
+            return
+        events.revoked(held)
+        for tp in held:
+            self._hand_back(tp)
+
+    def _on_lost(self, tps: list[TP]) -> None:
+        """Taken away without a revoke: discard, commit nothing, release once nothing runs."""
+        if self._closing:
+            return
+        events = self._require_events()
+        self._forget(tps)
+        held = [tp for tp in tps if tp in self._held]
+        if held:
+            events.lost(held)
+        for tp in held:
+            self._hand_back(tp)
+
+    def _forget(self, tps: list[TP]) -> None:
+        """The group took these away: stop waiting for their leases."""
+        for tp in tps:
+            self._assigned.discard(tp)
+            self._unqueued.discard(tp)
+            pending = self._pending.pop(tp, None)
+            if pending is not None:
+                pending[0].cancel()
+            ready = self._ready.pop(tp, None)
+            if ready is not None:
+                self._release(ready)
+        self._gate.metrics.pending_drains(len(self._pending))
+
+    def _hand_back(self, tp: TP) -> None:
+        """Release the lease of a partition the poll loop let go, or keep it while it runs."""
+        lease = self._held.pop(tp)
+        state = self._state.pop(tp, None)
+        with self._dispatcher.lock:
+            idle = state is None or state.running == 0
+        if idle:
+            self._release(lease)
+            return
+        assert state is not None
+        log.warning(
+            "%s: %d handler(s) still running after the drain; the lease is kept until they "
+            "finish, so the next owner cannot overlap them",
+            state,
+            state.running,
+        )
+        self._stragglers.append((lease, state))
+
+    # -- leases -----------------------------------------------------------------------------------
+
+    def _queue_for(self, tp: TP) -> None:
+        self._unqueued.discard(tp)
+        if tp in self._pending or tp in self._held or tp in self._ready:
+            return
+        if self._gate.lost or self._gate.suspended:
+            self._unqueued.add(tp)  # a renewed or resumed session retries it
+            return
+        try:
+            pending = self._leases.begin(tp[0], tp[1], generation=self._generation)
+        except KazooException as exc:
+            log.warning("%s[%d]: queueing for the lease failed (%s); retrying", tp[0], tp[1], exc)
+            self._unqueued.add(tp)
+            return
+        self._pending[tp] = (pending, time.monotonic())
+        self._gate.metrics.pending_drains(len(self._pending))
+        log.info(
+            "%s[%d]: assigned; waiting for its lease (token %d) before dispatching",
+            tp[0],
+            tp[1],
+            pending.token,
+        )
+        inbox = self._ctx.inbox
+
+        def wait() -> None:
+            try:
+                lease = pending.wait()
+            except (AcquireCancelled, Fenced):
+                return  # withdrawn, or the session is gone (the gate requeues on renewal)
+            except Exception:
+                log.exception("waiting for the lease of %s[%d] failed", tp[0], tp[1])
+                inbox.post(lambda: self._retry(tp, pending))
+                return
+            inbox.post(lambda: self._granted(tp, pending, lease))
+
+        threading.Thread(target=wait, name=f"keyshared-lease-{tp[0]}-{tp[1]}", daemon=True).start()
+
+    def _retry(self, tp: TP, pending: PendingLease) -> None:
+        entry = self._pending.get(tp)
+        if entry is not None and entry[0] is pending:
+            del self._pending[tp]
+            if tp in self._assigned and not self._closing:
+                self._unqueued.add(tp)
+
+    def _granted(self, tp: TP, pending: PendingLease, lease: Lease) -> None:
+        entry = self._pending.get(tp)
+        if entry is None or entry[0] is not pending or self._closing or self._gate.lost:
+            self._release(lease)  # withdrawn meanwhile
+            return
+        del self._pending[tp]
+        self._gate.metrics.pending_drains(len(self._pending))
+        self._gate.metrics.handover_waited(time.monotonic() - entry[1])
+        if self._straggling(tp):
+            log.info("%s[%d]: lease granted; waiting for this member's own stragglers", *tp)
+            self._ready[tp] = lease
+            return
+        self._start(tp, lease)
+
+    def _start(self, tp: TP, lease: Lease) -> None:
+        """From the committed offset, read now that the previous owner's commit is final."""
+        events, committer = self._require_events(), self._committer
+        assert committer is not None
+        timeout = self._options.startup_timeout
+        try:
+            starts = committer.starting_points([tp], timeout)
+        except KafkaException as exc:
+            log.warning("%s[%d]: reading the committed offset failed (%s); retrying", *tp, exc)
+            self._ready[tp] = lease
+            return
+        offset, metadata = starts.get(tp, (None, ""))
+        where = offset if offset is not None else self._reset_position()
+        partition = TopicPartition(tp[0], tp[1], where)
+        self._consumer.seek(partition)
+        self._consumer.resume([TopicPartition(tp[0], tp[1])])
+        self._held[tp] = lease
+        self._starts[tp] = (offset, metadata)
+        events.assigned([tp])
+        self._starts.pop(tp, None)
+        state = events.states.get(tp)
+        if state is not None:
+            self._state[tp] = state
+            token = lease.token
+            state.fencing = lambda _key, _offset: token
+        log.info("%s[%d]: lease held (token %d), dispatching from %s", *tp, lease.token, offset)
+
+    def _reset_position(self) -> int:
+        reset = str(self._ctx.kafka_config.get("auto.offset.reset", "largest")).lower()
+        return OFFSET_BEGINNING if reset in ("smallest", "earliest", "beginning") else OFFSET_END
+
+    def _straggling(self, tp: TP) -> bool:
+        with self._dispatcher.lock:
+            return any(s.tp == tp and s.running > 0 for _, s in self._stragglers)
+
+    def _release(self, lease: Lease) -> None:
+        try:
+            self._leases.release(lease)
+        except KazooException as exc:  # disconnected: the lease goes with the session
+            log.warning("releasing lease %s failed: %s", lease.path, exc)
+
+    # -- the session ------------------------------------------------------------------------------
+
+    def _fence(self) -> None:
+        """The session expired: every lease is gone. Discard everything, commit nothing."""
+        events = self._require_events()
+        for pending, _ in self._pending.values():
+            pending.cancel()
+        self._pending.clear()
+        self._ready.clear()
+        held = list(self._held)
+        if held:
+            events.lost(held)
+        self._stragglers = [(None, s) for _, s in self._stragglers]
+        self._stragglers += [(None, s) for s in self._state.values()]
+        self._held.clear()
+        self._state.clear()
+        self._pause(self._assigned)
+        self._unqueued |= self._assigned
+
+    def _rejoin(self) -> None:
+        """A new session: queue again for every partition the group still assigns here."""
+        if not self._closing:
+            for tp in sorted(self._unqueued):
+                self._queue_for(tp)
+
+    def _pause(self, tps: Iterable[TP]) -> None:
+        parts = [TopicPartition(t, p) for t, p in tps]
+        if parts:
+            with contextlib.suppress(KafkaException):
+                self._consumer.pause(parts)
+
+    # -- CursorStore ------------------------------------------------------------------------------
+
+    def starting_points(
+        self, partitions: list[TP], timeout: float
+    ) -> dict[TP, tuple[int | None, str]]:
+        missing = [tp for tp in partitions if tp not in self._starts]
+        found = {tp: self._starts[tp] for tp in partitions if tp in self._starts}
+        if missing:
+            assert self._committer is not None
+            found.update(self._committer.starting_points(missing, timeout))
+        return found
+
+    def commit_async(self, states: Iterable[PartitionState]) -> None:
+        allowed = self._leased(list(states))
+        if allowed:
+            assert self._committer is not None
+            self._committer.commit_async(allowed)
+
+    def commit_sync(self, states: Iterable[PartitionState]) -> bool:
+        states = list(states)
+        allowed = self._leased(states)
+        assert self._committer is not None
+        ok = self._committer.commit_sync(allowed) if allowed else True
+        return ok and len(allowed) == len(states)
+
+    def _leased(self, states: list[PartitionState]) -> list[PartitionState]:
+        """The states whose lease znode still exists; the others are fenced (refused)."""
+        if not states:
+            return []
+        if self._gate.suspended or self._gate.lost:
+            return []  # the session may be gone: a commit now could not be trusted
+        try:
+            present = set(self._zk.client.get_children(self._directory))
+        except KazooException as exc:
+            log.warning("checking partition leases before a commit failed: %s", exc)
+            return []
+        allowed: list[PartitionState] = []
+        for state in states:
+            lease = self._held.get(state.tp)
+            if lease is not None and lease.path.rsplit("/", 1)[1] in present:
+                allowed.append(state)
+                continue
+            self._gate.metrics.fenced()
+            log.error("%s: lease gone; its commit is refused (fenced)", state)
+            if lease is not None:
+                self._ctx.inbox.post(_call(self._lease_gone, state.tp, lease))
+        return allowed
+
+    def _lease_gone(self, tp: TP, lease: Lease) -> None:
+        """Someone removed a lease this member held: stop the partition, queue for it again."""
+        if self._held.get(tp) is not lease:
+            return
+        self._require_events().lost([tp])
+        self._held.pop(tp)
+        state = self._state.pop(tp, None)
+        if state is not None:
+            self._stragglers.append((None, state))
+        self._pause([tp])
+        if tp in self._assigned:
+            self._queue_for(tp)
+
+    def _require_events(self) -> MembershipEvents:
+        assert self._events is not None, "join() has not been called"
+        return self._events
+
+
+def _tps(partitions: list[TopicPartition]) -> list[TP]:
+    return [(tp.topic, tp.partition) for tp in partitions]
+
+
+def _call(fn: Callable[[TP, Lease], None], tp: TP, lease: Lease) -> Callable[[], None]:
+    """``fn(tp, lease)`` later, bound to these values (not to a loop variable)."""
+    return lambda: fn(tp, lease)
+
+
+def _incremental(config: dict[str, Any]) -> bool:
+    """Whether the group assigns incrementally (cooperative-sticky or KIP-848), as librdkafka
+    decides: the callbacks must call ``incremental_assign`` then, else ``assign``."""
+    if str(config.get("group.protocol", "classic")).lower() == "consumer":
+        return True
+    return "cooperative" in str(config.get("partition.assignment.strategy", ""))
