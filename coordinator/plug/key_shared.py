@@ -197,8 +197,10 @@ class KeySharedMember:
         if self._leader is not None and self._leader.is_leader:
             now = time.monotonic()
             if now >= self._next_watermark:
-                self._next_watermark = now + _WATERMARK_EVERY
-                self._commit_low_watermark()
+                # Until the first one lands, try at every commit interval: before it, Kafka (and
+                # every lag tool) does not know the group at all.
+                committed = self._commit_low_watermark()
+                self._next_watermark = now + (_WATERMARK_EVERY if committed else 0.0)
 
     def commit_sync(self, states: Any) -> bool:
         return self._flush(list(states), force=True)
@@ -242,19 +244,23 @@ class KeySharedMember:
         self._flushed = self._flushed and ok
         return ok
 
-    def _commit_low_watermark(self, wait: bool = False) -> None:
+    def _commit_low_watermark(self, wait: bool = False) -> bool:
         """Commit the lowest resume point of all ranges per partition to Kafka, under the group
-        id, so that standard lag tools (and a switch back to partition mode) see progress."""
+        id, so that standard lag tools (and a switch back to partition mode) see progress.
+        False when there was nothing to commit yet or the commit could not be sent."""
         try:
             offsets = low_watermarks(read_cursors(self._zk.client, self._zk.layout(self._group)))
         except Exception as exc:
             log.debug("reading cursors for the low watermark failed: %s", exc)
-            return
-        if offsets:
-            try:
-                self._consumer.commit(offsets=offsets, asynchronous=not wait)
-            except KafkaException as exc:
-                log.debug("committing the low watermark failed: %s", exc)
+            return False
+        if not offsets:
+            return False
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=not wait)
+        except KafkaException as exc:
+            log.debug("committing the low watermark failed: %s", exc)
+            return False
+        return True
 
     # -- applying assignments (poll thread, through the inbox) ---------------------------------
 

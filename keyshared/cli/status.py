@@ -122,8 +122,9 @@ def status_json(status: GroupStatus) -> dict[str, Any]:
     "--zookeeper",
     envvar="KEYSHARED_ZOOKEEPER",
     default=None,
-    help="ZooKeeper of the group's coordinator: adds partition leases, the active member and "
-    "standbys (default: $KEYSHARED_ZOOKEEPER).",
+    help="ZooKeeper of the group's coordinator: adds key_shared slot ranges (owners, drains, "
+    "where each range stands), partition leases, the active member and standbys "
+    "(default: $KEYSHARED_ZOOKEEPER).",
 )
 def status(
     bootstrap_servers: str,
@@ -153,7 +154,8 @@ def status(
         raise CommandError(str(exc)) from None
     finally:
         reader.close()
-    coordination = _coordinator_section(zookeeper, group, timeout)
+    ends = {(p.topic, p.partition): p.high_watermark for p in report.partitions}
+    coordination = _coordinator_section(zookeeper, group, timeout, ends)
     if as_json:
         data = status_json(report)
         if isinstance(coordination, CoordinatorView):
@@ -171,14 +173,14 @@ def status(
 
 
 def _coordinator_section(
-    zookeeper: str | None, group: str, timeout: float
+    zookeeper: str | None, group: str, timeout: float, ends: dict[tuple[str, int], int]
 ) -> CoordinatorView | dict[str, Any] | None:
     """The coordinator's view, or ``{"error": ...}`` when ZooKeeper did not answer: the broker's
     report stands on its own, so a coordinator outage is shown, not fatal."""
     if not zookeeper:
         return None
     try:
-        return read_coordinator_view(zookeeper, group, timeout=timeout)
+        return read_coordinator_view(zookeeper, group, timeout=timeout, high_watermarks=ends)
     except KeySharedError as exc:
         return {"hosts": zookeeper, "error": str(exc)}
 

@@ -1,9 +1,10 @@
 """What the ZooKeeper coordinator says about a group, for ``keyshared status --zookeeper``.
 
 Partition leases (``partition`` mode: who holds each partition, who waits for it), the active
-member and its standbys (``exclusive`` mode), and the live members. A separate module from the
-broker-side report so the two can grow apart: ``key_shared`` ranges may join this view later
-without touching the broker side. Pure reads, no watches: reading never changes the group.
+member and its standbys (``exclusive`` mode), the slot ranges of a ``key_shared`` group
+(:mod:`keyshared.ops.key_shared_view`), and the live members. A separate module from the
+broker-side report so the two can grow apart. Pure reads, no watches: reading never changes
+the group.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator.layout import DEFAULT_NAMESPACE, GroupLayout, parse_partition
+from keyshared.ops.key_shared_view import KeySharedView, key_shared_view, render_key_shared
 
 __all__ = ["CoordinatorView", "PartitionLeaseView", "read_coordinator_view", "render_coordinator"]
 
@@ -48,13 +50,19 @@ class CoordinatorView:
     partition_leases: tuple[PartitionLeaseView, ...]
     active: str | None
     standbys: tuple[str, ...]
+    key_shared: KeySharedView | None = None  # slot ranges, when the group runs key_shared
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def read_coordinator_view(
-    hosts: str, group: str, *, timeout: float, namespace: str = DEFAULT_NAMESPACE
+    hosts: str,
+    group: str,
+    *,
+    timeout: float,
+    namespace: str = DEFAULT_NAMESPACE,
+    high_watermarks: dict[tuple[str, int], int] | None = None,
 ) -> CoordinatorView:
     """Connect (bounded by ``timeout``), read, disconnect.
 
@@ -85,6 +93,7 @@ def read_coordinator_view(
             tuple(leases),
             contenders[0] if contenders else None,
             tuple(contenders[1:]),
+            key_shared_view(status, high_watermarks or {}) if status.ranges else None,
         )
 
 
@@ -93,6 +102,8 @@ def render_coordinator(console: Console, view: CoordinatorView) -> None:
     if not view.exists:
         console.print(f"Coordinator ({view.hosts}): nothing stored for group {view.group!r}")
         return
+    if view.key_shared is not None:
+        render_key_shared(console, view.key_shared)
     if view.active is not None:
         standbys = ", ".join(view.standbys) or "none"
         console.print(

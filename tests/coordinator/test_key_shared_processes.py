@@ -8,6 +8,7 @@ duplicates only follow a crash.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -126,6 +127,14 @@ def test_four_members_share_one_partition_by_key(
         produce(kafka_bootstrap, topic, sequenced(keys, 20))
         wait_for(lambda: g.finished() >= 20_000, 180, "20k records to be processed")
         status = zk.status(g.group)
+        status_command = [*keyshared_command(), "status", "-b", kafka_bootstrap, "-g", g.group,
+                          "--zookeeper", zookeeper_hosts, "--json"]  # fmt: skip
+        shown = wait_for(  # Kafka knows the group once the leader committed its low watermark
+            lambda: (done := subprocess.run(status_command, capture_output=True, text=True,
+                                             timeout=60)).returncode == 0 and done,
+            30, "keyshared status to know the group",
+        )  # fmt: skip
+        view = json.loads(shown.stdout)["coordinator"]["key_shared"]  # type: ignore[attr-defined]
         for name in list(g.procs):
             g.stop(name)
     finally:
@@ -140,6 +149,14 @@ def test_four_members_share_one_partition_by_key(
     shares = sorted(len(k) for k in keys_by_pid.values())
     assert len(shares) == 4 and all(150 <= n <= 350 for n in shares), f"keys per member {shares}"
     assert sorted(status.members) == ["M0", "M1", "M2", "M3"]
+    assert sorted(view["members"]) == ["M0", "M1", "M2", "M3"]
+    shown_ranges = sorted(
+        (int(r["slots"].split("-")[0]), int(r["slots"].split("-")[1])) for r in view["ranges"]
+    )
+    assert shown_ranges[0][0] == 0 and shown_ranges[-1][1] == MAX_SLOT
+    assert all(a[1] + 1 == b[0] for a, b in pairwise(shown_ranges)), shown_ranges
+    assert {r["owner"] for r in view["ranges"]} == {"M0", "M1", "M2", "M3"}
+    assert not any(r["draining"] for r in view["ranges"])
     covered = sorted((r.slots.lo, r.slots.hi) for r in status.ranges)
     assert covered[0][0] == 0 and covered[-1][1] == MAX_SLOT
     assert all(a[1] + 1 == b[0] for a, b in pairwise(covered)), covered
