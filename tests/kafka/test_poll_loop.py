@@ -8,10 +8,13 @@ the script says, and the test finishes records by hand. The real-broker tests
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
 
+from keyshared.kafka.partition import Phase
 from keyshared.kafka.seams import PollInbox
 from keyshared.kafka.settlement import SettlementBuffer
 from keyshared.settings import ConsumerOptions
@@ -57,36 +60,65 @@ def test_partition_assigned_during_shutdown_commits_no_further_than_its_committe
     assert h.offsets() == [], "a record of a partition assigned while stopping was dispatched"
 
 
-def test_revoke_drain_settles_successes_held_by_a_busy_thread() -> None:
-    """A success buffered on a thread that went on to run a slow handler must not hold the
-    revoke until ``drain_timeout`` (issue 10, item 3)."""
-    h = LoopHarness(options=ConsumerOptions(drain_timeout=5.0))
+def _held_success(h: LoopHarness, then_stop: Callable[[LoopHarness], object]) -> None:
+    """One success buffered on a thread that went on to run another key's slow handler.
+
+    The loop's own between-polls flush is kept off while the partition is ACTIVE, so the only
+    flush that can settle the success is the one a drain's tick gives (without that gate, a
+    loop iteration slower than the flush age settled it first and the test passed without the
+    fix: 1 run in 10, found by mutation testing).
+    """
     settlements = SettlementBuffer(h.dispatcher.finish_many)
-    h.nudge = settlements.flush_stale
-    buffered = threading.Event()
-    release_thread = threading.Event()
+    buffered, release_thread = threading.Event(), threading.Event()
+    taken: list[Any] = []
 
     def worker_thread() -> None:
         state, entry = h.take(0)
+        taken.append(state)
         settlements.add(state, entry, 0.001)  # one success: below the batch size, kept
         buffered.set()
         release_thread.wait(30)  # "running another key's slow handler"
 
+    h.nudge = lambda: (
+        settlements.flush_stale() if taken and taken[0].phase is not Phase.ACTIVE else None
+    )
     h.fake.then_assign(T0, committed={T0: (0, "")})
     h.fake.then_deliver(keyed(0, range(0, 1)))
     h.fake.then(lambda: threading.Thread(target=worker_thread, daemon=True).start())
     h.fake.then(lambda: buffered.wait(10))
-    # The poll loop's periodic flush would settle it within a loop iteration; the revoke
-    # arrives in the same consume call as the success, before any such iteration.
-    h.nudge = lambda: None
-    h.fake.then(lambda: setattr(h, "nudge", settlements.flush_stale))
-    h.fake.then_revoke(T0)
-    h.fake.then(h.stop.set)
+    then_stop(h)
     try:
         h.run()
     finally:
         release_thread.set()
+
+
+def test_revoke_drain_settles_successes_held_by_a_busy_thread() -> None:
+    """A held success must not hold the revoke until ``drain_timeout`` (issue 10, item 3)."""
+    h = LoopHarness(options=ConsumerOptions(drain_timeout=3.0))
+    _held_success(h, lambda h: (h.fake.then_revoke(T0), h.fake.then(h.stop.set)))
     assert h.committed(0) == 1, "the revoke committed below a record that had succeeded"
+
+
+def test_shutdown_drain_settles_successes_held_by_a_busy_thread() -> None:
+    h = LoopHarness(options=ConsumerOptions(drain_timeout=3.0))
+    _held_success(h, lambda h: h.fake.then(h.stop.set))
+    assert h.committed(0) == 1, "the shutdown committed below a record that had succeeded"
+
+
+def test_partition_assigned_during_shutdown_is_paused() -> None:
+    """Pause before giving records back: a partition that arrives while stopping fetches
+    nothing more (its records would only be given back)."""
+    h = LoopHarness()
+    seen: list[set[tuple[str, int]]] = []
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(0, range(0, 1)))
+    h.fake.then(h.stop.set)
+    h.fake.then_assign(T1, committed={T1: (5, "")})
+    h.fake.then(lambda: seen.append(set(h.fake.paused)))
+    h.fake.then(lambda: h.finish(0))
+    h.run()
+    assert seen and T1 in seen[0], f"t[1] assigned while stopping was not paused: {seen}"
 
 
 def test_refused_async_commit_is_resent_and_shutdown_commit_is_synchronous() -> None:

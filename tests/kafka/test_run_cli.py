@@ -217,7 +217,9 @@ def test_sigterm_during_startup_exits_cleanly(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [*_keyshared(), *args, "--startup-timeout", "30"],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        # The repository first: the test must exercise the code beside it, not whatever an
+        # installed console script would import (a worktree or copy would test the wrong code).
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(tmp_path)])},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
