@@ -23,12 +23,16 @@ EXPECTED_RATIOS = {
     "zipf": {"keyshared_vs_hot_key_bound", "keyshared_vs_serial"},
     "memory": {"keyshared_vs_raw_bytes_per_entry"},
     "rebalance": {"keyshared_vs_plain_join_to_steady", "keyshared_vs_plain_leave_to_takeover"},
+    "scaleout": {"4_members_vs_1", "2_members_vs_1"},
+    "replay": {"spark_vs_python_loop"},
 }
 COUNTS = {"keyshared_ownership_overlaps", "plain_ownership_overlaps"}  # must be 0, not > 0
 
 
 @pytest.fixture(scope="module")
-def quick_results(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def quick_results(
+    kafka_bootstrap: str, zookeeper_hosts: str, tmp_path_factory: pytest.TempPathFactory
+) -> Any:
     out = tmp_path_factory.mktemp("bench")
     command = [
         sys.executable,
@@ -38,6 +42,8 @@ def quick_results(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
         "--quick",
         "--bootstrap-servers",
         kafka_bootstrap,
+        "--zookeeper",
+        zookeeper_hosts,
         "--out",
         str(out),
     ]
