@@ -12,7 +12,9 @@ from keyshared.cli.assign import assign
 from keyshared.cli.bench import bench
 from keyshared.cli.demo import demo
 from keyshared.cli.dev import dev
+from keyshared.cli.dlq import dlq
 from keyshared.cli.release import release
+from keyshared.cli.reprocess import reprocess
 from keyshared.cli.run import run
 from keyshared.cli.status import status
 from keyshared.cli.verify import verify
@@ -34,6 +36,8 @@ cli.add_command(release)
 cli.add_command(status)
 cli.add_command(verify)
 cli.add_command(assign)
+cli.add_command(dlq)
+cli.add_command(reprocess)
 
 
 def main() -> None:

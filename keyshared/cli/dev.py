@@ -6,6 +6,7 @@ Human-readable progress goes to stderr and only `export KEY=value` lines go to s
 
 from __future__ import annotations
 
+import importlib.util
 import shlex
 import time
 from collections.abc import Callable
@@ -141,6 +142,16 @@ def fetch() -> None:
         jars_dir = _guarded(fetch_jars)
     count = sum(1 for _ in jars_dir.glob("*.jar"))
     _err.print(f"[green]✓[/] {count} jars in {jars_dir}")
+    if importlib.util.find_spec("pyspark") is not None:
+        # Spark's Kafka source must match the installed PySpark exactly: fetch it now too, so
+        # the first Spark job (or test) does not stop to run Maven.
+        from keyshared.dev.jars import fetch_spark_jars
+        from keyshared.spark.jars import installed_spark
+
+        version, scala = installed_spark()
+        with _err.status(f"Fetching Spark {version}'s Kafka source ..."):
+            spark_dir = _guarded(fetch_spark_jars, version, scala)
+        _err.print(f"[green]✓[/] Spark's Kafka source in {spark_dir}")
 
 
 def _print_exports(status: ClusterStatus) -> None:

@@ -6,6 +6,9 @@ of the pom, so a second call finds the complete folder and touches neither Maven
 network, and an edited pom never mixes with jars of the old one. The folder appears atomically
 (copied into a temporary sibling, then renamed), so an interrupted fetch leaves no half-filled
 cache behind and two concurrent fetches cannot corrupt each other.
+
+`spark-pom.xml` does the same for Spark's Kafka source (`fetch_spark_jars`), at the version of
+the installed PySpark, which the caller passes in (this module never imports pyspark).
 """
 
 from __future__ import annotations
@@ -29,9 +32,12 @@ __all__ = [
     "classpath",
     "default_jar_cache",
     "fetch_jars",
+    "fetch_spark_jars",
     "jars_dir_for_pom",
     "pinned_versions",
     "pom_bytes",
+    "spark_jars_dir",
+    "spark_pom_bytes",
 ]
 
 JAR_CACHE_ENV = "KEYSHARED_JAR_CACHE"
@@ -95,19 +101,52 @@ def fetch_jars(cache_root: Path | None = None) -> Path:
     :raises MissingToolError: the jars are not cached and `mvn` is not installed.
     :raises JarFetchError: Maven failed (its output is in the message).
     """
-    target = jars_dir_for_pom(cache_root)
+    return _fetch(pom_bytes(), jars_dir_for_pom(cache_root), {})
+
+
+def spark_pom_bytes() -> bytes:
+    """The packaged spark-pom.xml: Spark's Kafka source for the installed PySpark."""
+    return resources.files("keyshared.dev").joinpath("spark-pom.xml").read_bytes()
+
+
+def spark_jars_dir(spark_version: str, scala_version: str, cache_root: Path | None = None) -> Path:
+    """Where the Kafka-source jars of Spark ``spark_version`` live (fetched or not)."""
+    root = cache_root if cache_root is not None else default_jar_cache()
+    digest = hashlib.sha256(spark_pom_bytes()).hexdigest()[:12]
+    return root / f"spark-kafka-{spark_version}-{scala_version}-{digest}"
+
+
+def fetch_spark_jars(
+    spark_version: str, scala_version: str, cache_root: Path | None = None
+) -> Path:
+    """The folder of ``spark-sql-kafka-0-10`` jars for this Spark and Scala version, fetched
+    from Maven Central on first use (same cache and guarantees as :func:`fetch_jars`).
+
+    :raises MissingToolError: the jars are not cached and `mvn` is not installed.
+    :raises JarFetchError: Maven failed, e.g. the connector of this version is not published.
+    """
+    return _fetch(
+        spark_pom_bytes(),
+        spark_jars_dir(spark_version, scala_version, cache_root),
+        {"spark.version": spark_version, "scala.binary.version": scala_version},
+    )
+
+
+def _fetch(pom: bytes, target: Path, properties: dict[str, str]) -> Path:
+    """Copy the runtime dependencies of ``pom`` into ``target`` (atomically), unless there."""
     if (target / _COMPLETE_MARKER).is_file():
         return target
     mvn = find_mvn()
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as work:
         work_dir = Path(work)
-        pom = work_dir / "pom.xml"
-        pom.write_bytes(pom_bytes())
+        pom_file = work_dir / "pom.xml"
+        pom_file.write_bytes(pom)
         out_dir = work_dir / "jars"
         command = [
-            mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+            mvn, "-q", "-B", "-f", str(pom_file), "dependency:copy-dependencies",
             "-DincludeScope=runtime", f"-DoutputDirectory={out_dir}",
+            *(f"-D{name}={value}" for name, value in sorted(properties.items())),
         ]  # fmt: skip
         try:
             result = subprocess.run(
