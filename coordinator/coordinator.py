@@ -185,7 +185,7 @@ class ZooKeeperCoordinator:
             return Plug(membership=member, ownership=member, cursor_store=member)
         if mode == "partition":
             leases = PartitionLeaseMember(self, context)
-            return Plug(membership=leases, cursor_store=leases)
+            return Plug(membership=leases, cursor_store=leases.commits)
         if mode == "exclusive":
             exclusive = ExclusiveMember(self, context)
             return Plug(membership=exclusive, cursor_store=exclusive)

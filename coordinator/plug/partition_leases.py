@@ -42,6 +42,7 @@ from kazoo.exceptions import KazooException
 
 from coordinator.errors import AcquireCancelled, Fenced
 from coordinator.leases import Lease, PendingLease
+from coordinator.plug.leased_commits import LeasedCommits
 from coordinator.plug.session_gate import SessionGate
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
@@ -80,7 +81,6 @@ class PartitionLeaseMember:
         self._incremental = _incremental(context.kafka_config)
         self._consumer: Any = None
         self._events: MembershipEvents | None = None
-        self._committer: Committer | None = None
         self._generation = 0  # assignments seen; stored in the lease for operators
         self._assigned: set[TP] = set()  # by the group: paused here until leased
         self._unqueued: set[TP] = set()  # assigned, but queueing for the lease failed
@@ -90,16 +90,24 @@ class PartitionLeaseMember:
         self._state: dict[TP, PartitionState] = {}  # the poll loop's state of each held one
         self._ready: dict[TP, Lease] = {}  # granted, waiting for this member's own stragglers
         self._stragglers: list[tuple[Lease | None, PartitionState]] = []
-        self._starts: dict[TP, tuple[int | None, str]] = {}
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
+        self.commits = LeasedCommits(
+            zk.client,
+            self._directory,
+            self._gate,
+            self._held,
+            lambda tp, lease: context.inbox.post(_call(self._lease_gone, tp, lease)),
+        )
         self._closing = False
 
     # -- Membership ------------------------------------------------------------------------------
 
     def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
         self._consumer, self._events = consumer, events
-        self._committer = Committer(
-            consumer, self._ctx.metrics, self._dispatcher.lock, lambda tp: events.states.get(tp)
+        self.commits.bind(
+            Committer(
+                consumer, self._ctx.metrics, self._dispatcher.lock, lambda tp: events.states.get(tp)
+            )
         )
         self._gate.start()
         consumer.subscribe(
@@ -307,8 +315,7 @@ class PartitionLeaseMember:
 
     def _start(self, tp: TP, lease: Lease) -> None:
         """From the committed offset, read now that the previous owner's commit is final."""
-        events, committer = self._require_events(), self._committer
-        assert committer is not None
+        events, committer = self._require_events(), self.commits.committer
         timeout = self._options.startup_timeout
         try:
             starts = committer.starting_points([tp], timeout)
@@ -322,9 +329,9 @@ class PartitionLeaseMember:
         self._consumer.seek(partition)
         self._consumer.resume([TopicPartition(tp[0], tp[1])])
         self._held[tp] = lease
-        self._starts[tp] = (offset, metadata)
+        self.commits.starts[tp] = (offset, metadata)
         events.assigned([tp])
-        self._starts.pop(tp, None)
+        self.commits.starts.pop(tp, None)
         state = events.states.get(tp)
         if state is not None:
             self._state[tp] = state
@@ -376,54 +383,6 @@ class PartitionLeaseMember:
         if parts:
             with contextlib.suppress(KafkaException):
                 self._consumer.pause(parts)
-
-    # -- CursorStore ------------------------------------------------------------------------------
-
-    def starting_points(
-        self, partitions: list[TP], timeout: float
-    ) -> dict[TP, tuple[int | None, str]]:
-        missing = [tp for tp in partitions if tp not in self._starts]
-        found = {tp: self._starts[tp] for tp in partitions if tp in self._starts}
-        if missing:
-            assert self._committer is not None
-            found.update(self._committer.starting_points(missing, timeout))
-        return found
-
-    def commit_async(self, states: Iterable[PartitionState]) -> None:
-        allowed = self._leased(list(states))
-        if allowed:
-            assert self._committer is not None
-            self._committer.commit_async(allowed)
-
-    def commit_sync(self, states: Iterable[PartitionState]) -> bool:
-        states = list(states)
-        allowed = self._leased(states)
-        assert self._committer is not None
-        ok = self._committer.commit_sync(allowed) if allowed else True
-        return ok and len(allowed) == len(states)
-
-    def _leased(self, states: list[PartitionState]) -> list[PartitionState]:
-        """The states whose lease znode still exists; the others are fenced (refused)."""
-        if not states:
-            return []
-        if self._gate.suspended or self._gate.lost:
-            return []  # the session may be gone: a commit now could not be trusted
-        try:
-            present = set(self._zk.client.get_children(self._directory))
-        except KazooException as exc:
-            log.warning("checking partition leases before a commit failed: %s", exc)
-            return []
-        allowed: list[PartitionState] = []
-        for state in states:
-            lease = self._held.get(state.tp)
-            if lease is not None and lease.path.rsplit("/", 1)[1] in present:
-                allowed.append(state)
-                continue
-            self._gate.metrics.fenced()
-            log.error("%s: lease gone; its commit is refused (fenced)", state)
-            if lease is not None:
-                self._ctx.inbox.post(_call(self._lease_gone, state.tp, lease))
-        return allowed
 
     def _lease_gone(self, tp: TP, lease: Lease) -> None:
         """Someone removed a lease this member held: stop the partition, queue for it again."""
