@@ -147,9 +147,11 @@ class KeySharedMember:
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""
         self._closing = True
-        if self._writers and not self._gate.lost:
-            # The final cursors are written: bring the group's Kafka offsets up to them, so lag
-            # tools see the end even if no leader is left to do it later.
+        if not self._gate.lost and not self._gate.suspended:
+            # Its final cursors are written: bring the group's Kafka offsets up to every range's
+            # cursor, so lag tools see the end even if no leader is left to do it later. Every
+            # member does it, even one holding nothing right now (its ranges may be moving):
+            # the last to leave sees every other member's final cursors.
             self._commit_low_watermark(wait=True)
         self._queue.cancel_all()
         for lease in self._held.values():
