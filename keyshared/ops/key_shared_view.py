@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from keyshared.core.claims import PartitionClaims, StoredCursor
-from keyshared.core.offsets import decode_finished
+from coordinator.plug.range_cursors import stored_cursors
+from keyshared.core.claims import PartitionClaims
 
 if TYPE_CHECKING:
     from coordinator.status import GroupStatus as CoordinatorStatus
@@ -68,16 +68,7 @@ class KeySharedView:
 
 def key_shared_view(status: CoordinatorStatus, high_watermarks: dict[TP, int]) -> KeySharedView:
     """The view of ``status``; ``high_watermarks`` gives each partition's end, for the lag."""
-    stored: dict[TP, list[StoredCursor]] = {}
-    for cursor in status.cursors:
-        stored.setdefault((cursor.topic, cursor.partition), []).append(
-            StoredCursor(
-                cursor.slots,
-                cursor.offset,
-                cursor.token,
-                decode_finished(cursor.offset, cursor.metadata),
-            )
-        )
+    stored = stored_cursors(status.cursors)
     partitions = sorted(set(stored) | set(high_watermarks))
     ranges = []
     for planned in status.ranges:

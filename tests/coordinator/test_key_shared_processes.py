@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,6 +86,29 @@ class Group:
         kill_all(self.procs.values())
 
 
+MakeGroup = Callable[[str, str], Group]
+
+
+@pytest.fixture
+def make_group(
+    kafka_bootstrap: str, zookeeper_hosts: str, new_topic: Any, new_group: Any, tmp_path: Path
+) -> Iterator[MakeGroup]:
+    """``make_group(prefix, sleep_ms)``: a group of member processes on a fresh 1-partition
+    topic; every process still running is killed at the end."""
+    made: list[Group] = []
+
+    def make(prefix: str, sleep_ms: str) -> Group:
+        group = Group(
+            kafka_bootstrap, zookeeper_hosts, new_group(prefix), new_topic(1), tmp_path, sleep_ms
+        )
+        made.append(group)
+        return group
+
+    yield make
+    for group in made:
+        group.close()
+
+
 def balanced(zk: ZooKeeperCoordinator, group: str, members: set[str]) -> bool:
     """Every range is owned by one of ``members``, each holds its lease, and all take part."""
     status = zk.status(group)
@@ -110,15 +134,10 @@ def first_finishers(events: list[Event]) -> dict[tuple[bytes | None, int], int]:
 
 
 def test_four_members_share_one_partition_by_key(
-    kafka_bootstrap: str,
-    zookeeper_hosts: str,
-    zk: ZooKeeperCoordinator,
-    new_topic: object,
-    new_group: object,
-    tmp_path: Path,
+    kafka_bootstrap: str, zookeeper_hosts: str, zk: ZooKeeperCoordinator, make_group: MakeGroup
 ) -> None:
-    topic = new_topic(1)  # type: ignore[operator]
-    g = Group(kafka_bootstrap, zookeeper_hosts, new_group("ks4"), topic, tmp_path, "0,1")  # type: ignore[operator]
+    g = make_group("ks4", "0,1")
+    topic = g.topic
     keys: list[bytes | None] = [f"key-{i:04d}".encode() for i in range(1000)]
     try:
         for name in ("M0", "M1", "M2", "M3"):
@@ -163,15 +182,10 @@ def test_four_members_share_one_partition_by_key(
 
 
 def test_members_join_leave_and_crash_without_loss_or_overtakes(
-    kafka_bootstrap: str,
-    zookeeper_hosts: str,
-    zk: ZooKeeperCoordinator,
-    new_topic: object,
-    new_group: object,
-    tmp_path: Path,
+    kafka_bootstrap: str, zookeeper_hosts: str, zk: ZooKeeperCoordinator, make_group: MakeGroup
 ) -> None:
-    topic = new_topic(1)  # type: ignore[operator]
-    g = Group(kafka_bootstrap, zookeeper_hosts, new_group("ksjl"), topic, tmp_path, "1,3")  # type: ignore[operator]
+    g = make_group("ksjl", "1,3")
+    topic = g.topic
     keys: list[bytes | None] = [f"key-{i:04d}".encode() for i in range(1000)]
     total = 1000 * 16
     produce(kafka_bootstrap, topic, sequenced(keys, 16))
@@ -201,15 +215,10 @@ def test_members_join_leave_and_crash_without_loss_or_overtakes(
 
 
 def test_keyshared_assign_moves_a_range_under_load_with_a_drain(
-    kafka_bootstrap: str,
-    zookeeper_hosts: str,
-    zk: ZooKeeperCoordinator,
-    new_topic: object,
-    new_group: object,
-    tmp_path: Path,
+    kafka_bootstrap: str, zookeeper_hosts: str, zk: ZooKeeperCoordinator, make_group: MakeGroup
 ) -> None:
-    topic = new_topic(1)  # type: ignore[operator]
-    g = Group(kafka_bootstrap, zookeeper_hosts, new_group("ksmv"), topic, tmp_path, "1,4")  # type: ignore[operator]
+    g = make_group("ksmv", "1,4")
+    topic = g.topic
     keys: list[bytes | None] = [f"key-{i:04d}".encode() for i in range(500)]
     total = 500 * 20
     try:
