@@ -108,6 +108,11 @@ def _print_next(console: Console, outcome: DemoOutcome) -> None:
             "examples/metrics_consumer.py keeps one up for Prometheus/Grafana (grafana/)"
         )
     console.print(f"  keyshared status --group {outcome.group}   the group's members and lag")
+    if outcome.settings.mode == "key_shared":
+        console.print(
+            "  keyshared status --group G --zookeeper H:P   slot ranges, owners and drains "
+            "while members run; keyshared assign moves a range (docs/coordinator.md)"
+        )
     console.print(
         f'  eval "$(keyshared dev env)"   then any command finds the cluster via {BOOTSTRAP_ENV}'
     )
