@@ -7,12 +7,14 @@ construction that names the property, never a silent override.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from keyshared.core.modes import MODES
 from keyshared.core.poison import PoisonPolicy, RetryPolicy, validate_policy_for_mode
+from keyshared.core.redaction import Redactor
 from keyshared.errors import ConfigurationError
 
 __all__ = ["MODES", "ConsumerOptions", "build_kafka_config"]
@@ -48,6 +50,15 @@ class ConsumerOptions:
     :param mode: ``partition`` (default), ``key_shared`` or ``exclusive``.
     :param ack_timeout: pull style only: seconds a record may stay un-acked before it counts
         as failed and is redelivered (its key stays blocked meanwhile).
+    :param stuck_after: seconds after which the record holding a partition's committed offset
+        back (the oldest unfinished one) is reported as stuck: one warning naming its topic,
+        partition, offset and key. Checked once a second, never per record. A minute is longer
+        than a healthy handler takes and short enough for an operator to act before lag grows.
+    :param redact: ``str -> str``, applied to every text keyshared derives from a record or a
+        handler's error before it leaves the process: keys in log lines and ``/hotkeys``, error
+        messages and tracebacks in logs, DLQ error headers and blocked-key reasons. A raise
+        shows ``<redaction failed>``, never the raw text. The dead letter's own key, value and
+        headers are never changed (replay needs them byte for byte).
     """
 
     workers: int = 16
@@ -68,6 +79,8 @@ class ConsumerOptions:
     startup_timeout: float = 30.0
     mode: str = "partition"
     ack_timeout: float = 300.0
+    stuck_after: float = 60.0
+    redact: Redactor | None = None
 
     def __post_init__(self) -> None:
         positive_ints = ("workers", "max_window", "per_worker_capacity")
@@ -75,10 +88,25 @@ class ConsumerOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigurationError(name, f"must be a positive integer, got {value!r}")
-        for name in ("commit_interval", "drain_timeout", "startup_timeout", "ack_timeout"):
+        for name in (
+            "commit_interval",
+            "drain_timeout",
+            "startup_timeout",
+            "ack_timeout",
+            "stuck_after",
+        ):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigurationError(name, f"must be a positive number, got {value!r}")
+            # NaN compares false with everything: it would pass "> 0" and then, as a deadline,
+            # never come (commit_interval=nan never commits). Infinity is no bound either.
+            if (
+                not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ConfigurationError(
+                    name, f"must be a positive, finite number of seconds, got {value!r}"
+                )
         if self.mode not in MODES:
             raise ConfigurationError(
                 "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}"
@@ -99,6 +127,10 @@ class ConsumerOptions:
         )
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigurationError("metrics_port", f"must be 0..65535, got {self.metrics_port}")
+        if self.redact is not None and not callable(self.redact):
+            raise ConfigurationError(
+                "redact", f"must be a callable taking and returning a str, got {self.redact!r}"
+            )
         if not self.dlq_topic:
             raise ConfigurationError("dlq_topic", "must not be empty")
         for pattern in self.key_filters:

@@ -81,6 +81,11 @@ class LocalCluster:
     :param kafka_heap_mb: the broker's `-Xmx`.
     :param zookeeper_heap_mb: the ZooKeeper server's `-Xmx`.
     :param kafka_overrides: extra server.properties entries, applied last.
+    :param sasl_users: user -> password. When given, the broker's only client listener is
+        SASL_PLAINTEXT with the PLAIN mechanism and these accounts (the first one is the
+        broker's own, for inter-broker requests and probes); see :meth:`client_config`. For
+        tests that prove security settings reach every client; ``keyshared dev`` stays
+        PLAINTEXT.
     """
 
     def __init__(
@@ -93,7 +98,11 @@ class LocalCluster:
         kafka_heap_mb: int = 768,
         zookeeper_heap_mb: int = 256,
         kafka_overrides: Mapping[str, str] | None = None,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
+        if sasl_users:
+            kafka.sasl_settings(sasl_users, 0, 0)  # a bad name fails here, not in the JVM
+        self._sasl_users = dict(sasl_users or {})
         self.runtime_dir = Path(runtime_dir).expanduser() if runtime_dir else default_runtime_dir()
         self.runtime_dir = self.runtime_dir.absolute()
         self.state_file = self.runtime_dir / "cluster.json"
@@ -111,6 +120,7 @@ class LocalCluster:
             kafka_heap_mb=kafka_heap_mb,
             zookeeper_heap_mb=zookeeper_heap_mb,
             kafka_overrides=kafka_overrides,
+            sasl_users=sasl_users,
         )
 
     def __repr__(self) -> str:
@@ -208,6 +218,19 @@ class LocalCluster:
     def bootstrap_servers(self) -> str:
         """`127.0.0.1:port` of the running broker."""
         return self.env()[BOOTSTRAP_ENV]
+
+    def client_config(self, user: str | None = None) -> dict[str, str]:
+        """librdkafka properties for a client of the running broker: `bootstrap.servers`, and
+        with SASL on, the credentials of `user` (default: the first account).
+
+        :raises KeyError: `user` is not one of the `sasl_users`.
+        :raises ClusterNotRunningError: the cluster is not running.
+        """
+        config = {"bootstrap.servers": self.bootstrap_servers}
+        if self._sasl_users:
+            name = user if user is not None else next(iter(self._sasl_users))
+            config.update(kafka.sasl_client_config(name, self._sasl_users[name]))
+        return config
 
     @property
     def zookeeper_hosts(self) -> str:
@@ -345,4 +368,5 @@ class LocalCluster:
             zookeeper_log=self._zk_files.log_file,
             started=started,
             probe_timeout=probe_timeout,
+            kafka_client_config=self._launcher.probe_config,
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import subprocess
 import uuid
 from collections.abc import Mapping
@@ -32,6 +33,8 @@ __all__ = [
     "format_storage",
     "is_formatted",
     "kafka_files",
+    "sasl_client_config",
+    "sasl_settings",
     "server_command",
     "write_config",
 ]
@@ -102,14 +105,67 @@ def broker_settings(files: KafkaFiles, broker_port: int, controller_port: int) -
     }
 
 
+_SASL_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def sasl_settings(
+    users: Mapping[str, str], broker_port: int, controller_port: int
+) -> dict[str, str]:
+    """Overrides that make the client listener SASL_PLAINTEXT with PLAIN, for these users.
+
+    Why: keyshared creates many Kafka clients (consumer, DLQ and key-state producers, admin and
+    reader clients, the ops commands, Spark), and only a broker that refuses unauthenticated
+    clients proves that security settings reach every one of them. The controller listener
+    stays PLAINTEXT (it is internal to the node). The first user is the broker's own identity
+    for inter-broker requests (transaction markers go to itself) and for the readiness probe.
+
+    :raises ValueError: no users, or a name or password that would break the JAAS line.
+    """
+    if not users:
+        raise ValueError("SASL needs at least one user")
+    for name, password in users.items():
+        if not (_SASL_NAME.fullmatch(name) and _SASL_NAME.fullmatch(password)):
+            raise ValueError(f"SASL user {name!r}: names and passwords must match [A-Za-z0-9._-]+")
+    broker_user, broker_password = next(iter(users.items()))
+    accounts = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return {
+        "listeners": (
+            f"SASL_PLAINTEXT://{LOOPBACK}:{broker_port},CONTROLLER://{LOOPBACK}:{controller_port}"
+        ),
+        "advertised.listeners": f"SASL_PLAINTEXT://{LOOPBACK}:{broker_port}",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{broker_user}" password="{broker_password}" {accounts};'
+        ),
+    }
+
+
+def sasl_client_config(user: str, password: str) -> dict[str, str]:
+    """librdkafka properties that authenticate as ``user`` on a :func:`sasl_settings` listener."""
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
 def write_config(
     files: KafkaFiles,
     broker_port: int,
     controller_port: int,
     overrides: Mapping[str, str] | None = None,
+    sasl_users: Mapping[str, str] | None = None,
 ) -> None:
-    """Write server.properties (settings, then `overrides`) and the Log4j 2 file."""
+    """Write server.properties (settings, SASL when users are given, then `overrides`) and the
+    Log4j 2 file."""
     settings = broker_settings(files, broker_port, controller_port)
+    if sasl_users:
+        settings.update(sasl_settings(sasl_users, broker_port, controller_port))
     settings.update(overrides or {})
     files.home.mkdir(parents=True, exist_ok=True)
     files.data.mkdir(parents=True, exist_ok=True)
@@ -162,15 +218,24 @@ def server_command(java: str, jars_dir: Path, files: KafkaFiles, heap_mb: int) -
     ]  # fmt: skip
 
 
-def answers_metadata(bootstrap_servers: str, port: int, timeout: float) -> bool:
+def answers_metadata(
+    bootstrap_servers: str,
+    port: int,
+    timeout: float,
+    client_config: Mapping[str, Any] | None = None,
+) -> bool:
     """Whether the broker answers a metadata request listing at least one broker.
 
     A TCP probe comes first so no client is built (and no connection error logged) while the
-    port is still closed.
+    port is still closed. ``client_config`` adds properties such as SASL credentials.
     """
     if not accepts_connections(port):
         return False
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _probe_logger}
+    config: dict[str, Any] = {
+        **(client_config or {}),
+        "bootstrap.servers": bootstrap_servers,
+        "logger": _probe_logger,
+    }
     admin = AdminClient(config)
     try:
         metadata = admin.list_topics(timeout=timeout)

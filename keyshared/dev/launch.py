@@ -53,6 +53,8 @@ class ServerLauncher:
     :param kafka_heap_mb: the broker's `-Xmx`.
     :param zookeeper_heap_mb: the ZooKeeper server's `-Xmx`.
     :param kafka_overrides: extra server.properties entries, applied last.
+    :param sasl_users: user -> password: the broker's client listener requires SASL/PLAIN
+        (see `kafka.sasl_settings`); the first user is the broker's own and the probe's.
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class ServerLauncher:
         kafka_heap_mb: int,
         zookeeper_heap_mb: int,
         kafka_overrides: Mapping[str, str] | None = None,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
         self._kafka_files = kafka_files
         self._zk_files = zookeeper_files
@@ -75,6 +78,15 @@ class ServerLauncher:
         self._kafka_heap_mb = kafka_heap_mb
         self._zookeeper_heap_mb = zookeeper_heap_mb
         self._kafka_overrides = dict(kafka_overrides or {})
+        self._sasl_users = dict(sasl_users or {})
+
+    @property
+    def probe_config(self) -> dict[str, str]:
+        """Client properties the readiness probe needs: SASL credentials when SASL is on."""
+        if not self._sasl_users:
+            return {}
+        user, password = next(iter(self._sasl_users.items()))
+        return kafka.sasl_client_config(user, password)
 
     def launch_kafka(self, state: ClusterState, abort: threading.Event, started: list[str]) -> None:
         """Write the config, format storage on first use, start the broker, await it.
@@ -86,7 +98,9 @@ class ServerLauncher:
         assert record is not None
         files = self._kafka_files
         java, jars = find_java(), fetch_jars(self._jar_cache)
-        kafka.write_config(files, record.port, record.controller_port, self._kafka_overrides)
+        kafka.write_config(
+            files, record.port, record.controller_port, self._kafka_overrides, self._sasl_users
+        )
         if not kafka.is_formatted(files):
             log.info("formatting KRaft storage in %s", files.data)
             kafka.format_storage(java, jars, files)
@@ -124,7 +138,9 @@ class ServerLauncher:
             "Kafka",
             record.pid,
             self._kafka_files.marker,
-            lambda: kafka.answers_metadata(address, record.port, timeout=2.0),
+            lambda: kafka.answers_metadata(
+                address, record.port, timeout=2.0, client_config=self.probe_config
+            ),
             (self._kafka_files.log_file, self._kafka_files.console_file),
             abort,
             self._start_timeout,

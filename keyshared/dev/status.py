@@ -8,9 +8,10 @@ file or a process.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from keyshared.dev import kafka, zookeeper
 from keyshared.dev.errors import ClusterNotRunningError
@@ -80,12 +81,14 @@ def probe_status(
     zookeeper_log: Path,
     started: Collection[str],
     probe_timeout: float | None,
+    kafka_client_config: Mapping[str, Any] | None = None,
 ) -> ClusterStatus:
     """The status of the servers `state` records, given which of them run (`*_pid`).
 
     :param started: names of the servers the calling operation started.
     :param probe_timeout: seconds each running server gets to answer its protocol probe;
         None trusts the caller that running means answering (it has just waited for that).
+    :param kafka_client_config: extra properties of the broker probe (SASL credentials).
     """
     versions = pinned_versions()
     kafka_address = f"{LOOPBACK}:{state.kafka.port}" if state.kafka else None
@@ -96,7 +99,9 @@ def probe_status(
         kafka_answers = bool(
             kafka_pid
             and state.kafka
-            and kafka.answers_metadata(kafka_address or "", state.kafka.port, probe_timeout)
+            and kafka.answers_metadata(
+                kafka_address or "", state.kafka.port, probe_timeout, kafka_client_config
+            )
         )
         zk_answers = bool(
             zookeeper_pid

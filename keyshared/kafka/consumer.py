@@ -8,6 +8,7 @@ options, runs the loop, and tears everything down in the right order.
 
 from __future__ import annotations
 
+import collections
 import inspect
 import itertools
 import logging
@@ -22,6 +23,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from keyshared.core.poison import PoisonPolicy
+from keyshared.core.redaction import shown_key
 from keyshared.errors import ConfigurationError, KeySharedError, UnreachableError
 from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.dlq import DeadLetterWriter
@@ -41,6 +43,7 @@ __all__ = ["KeySharedConsumer"]
 
 log = logging.getLogger(__name__)
 _member_seq = itertools.count(1)
+_RETRY_TIMING = re.compile(r"\s*\(after \d+ms in state \w+\)")
 _NEEDS_KEYSTATE = (PoisonPolicy.BLOCK, PoisonPolicy.BLOCK_AND_DEAD_LETTER, PoisonPolicy.PARK)
 
 
@@ -132,8 +135,11 @@ class KeySharedConsumer:
         self._stop = threading.Event()
         self._loop: PollLoop | None = None
         self._ran = False
+        # The client's recent errors (authentication, transport), quoted when start-up fails:
+        # "did not answer" alone cannot tell a stopped broker from refused credentials.
+        self._client_errors: collections.deque[str] = collections.deque(maxlen=3)
         # Built now so that a bad librdkafka property fails here, naming it, not in run().
-        self._consumer = _build_consumer(self._config, self._on_commit)
+        self._consumer = _build_consumer(self._config, self._on_commit, self._on_client_error)
         self._started = threading.Event()
         self._dispatcher: Dispatcher | None = None
         self._keystate: KeyStateStore | None = None
@@ -169,7 +175,12 @@ class KeySharedConsumer:
         scheduler = Scheduler()
         runner = self._make_runner(scheduler)
         dlq = DeadLetterWriter(
-            self._config, self.group, options.dlq_topic_for, metrics, scheduler.call_later
+            self._config,
+            self.group,
+            options.dlq_topic_for,
+            metrics,
+            scheduler.call_later,
+            redact=options.redact,
         )
         policies = {options.poison, *options.poison_by_topic.values()}
         if policies & set(_NEEDS_KEYSTATE):
@@ -222,7 +233,7 @@ class KeySharedConsumer:
             self._metrics_server = start_metrics_server(
                 options.metrics_port,
                 options.metrics_host,
-                hotkeys=lambda: hot_keys_report(self._loop),
+                hotkeys=lambda: hot_keys_report(self._loop, redact=options.redact),
             )
             log.info("metrics at %s", self._metrics_server.url)
         self._started.set()
@@ -359,7 +370,9 @@ class KeySharedConsumer:
             return None
         released = self._dispatcher.release(state, key, retry=retry)
         if released:
-            log.info("released %s key %r of %s", released, key, state)
+            log.info(
+                "released %s key %s of %s", released, shown_key(key, self.options.redact), state
+            )
         return released
 
     def _on_remote_release(self, topic: str, partition: int, key: bytes | None) -> None:
@@ -386,18 +399,39 @@ class KeySharedConsumer:
                 )
                 break
             except KafkaException as exc:
+                self._consumer.poll(0)  # serves error_cb: why the broker did not answer
                 if time.monotonic() >= deadline:
-                    raise UnreachableError(
-                        f"Kafka at {self._config['bootstrap.servers']} did not answer within "
-                        f"{timeout:g}s ({exc.args[0] if exc.args else exc}); is the broker "
-                        "running and reachable?"
-                    ) from None
+                    raise UnreachableError(self._unreachable_message(timeout, exc)) from None
         missing = [t for t in self.topics if not t.startswith("^") and t not in metadata.topics]
         if missing:
             raise ConfigurationError(
                 "topics", f"topic(s) not found on the broker: {', '.join(missing)}"
             )
         return True
+
+    def _unreachable_message(self, timeout: float, exc: KafkaException) -> str:
+        """Name the address, the bound, what librdkafka said, and what to check."""
+        errors = "; ".join(dict.fromkeys(self._client_errors)) or "no error reported"
+        secured = str(self._config.get("security.protocol", "plaintext")).lower()
+        return (
+            f"Kafka at {self._config['bootstrap.servers']} did not answer within {timeout:g}s "
+            f"({exc.args[0] if exc.args else exc}; client errors: {errors}); is the broker "
+            f"running and reachable, and does security.protocol={secured} (with its sasl.* / "
+            "ssl.* settings) match the listener?"
+        )
+
+    def _on_client_error(self, err: Any) -> None:
+        text = err.str() if hasattr(err, "str") else str(err)
+        # "(after 301ms in state AUTH_REQ)" differs per retry; without it repeats collapse.
+        self._client_errors.append(_RETRY_TIMING.sub("", text))
+        user_callback = self._user_error_cb
+        if user_callback is not None:
+            user_callback(err)
+
+    @property
+    def _user_error_cb(self) -> Callable[[Any], None] | None:
+        callback = self._config.get("error_cb")
+        return callback if callable(callback) else None
 
     def _on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
         if self._loop is not None:
@@ -411,10 +445,15 @@ def _nudge(runner: Runner, executor: RecordExecutor) -> None:
     runner.nudge()
 
 
-def _build_consumer(config: dict[str, Any], on_commit: Callable[..., None]) -> Any:
-    """The confluent-kafka consumer, or a ConfigurationError naming the bad property."""
+def _build_consumer(
+    config: dict[str, Any], on_commit: Callable[..., None], on_error: Callable[[Any], None]
+) -> Any:
+    """The confluent-kafka consumer, or a ConfigurationError naming the bad property.
+
+    ``on_error`` replaces the user's ``error_cb`` and calls it in turn.
+    """
     try:
-        return Consumer({**config, "on_commit": on_commit})
+        return Consumer({**config, "on_commit": on_commit, "error_cb": on_error})
     except (KafkaException, ValueError, TypeError) as exc:
         message = str(exc.args[0] if exc.args else exc)
         quoted = re.search(r'"([^"]+)"', message)

@@ -25,12 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from keyshared.core.redaction import REDACTION_INPUT_LIMIT, Redactor, redacted
 from keyshared.kafka.client_config import client_properties
 
 if TYPE_CHECKING:
     from keyshared.metrics import ConsumerMetrics
 
 __all__ = [
+    "DLQ_MESSAGE_MAX_BYTES",
+    "MAX_ERROR_MESSAGE",
+    "MAX_TRACEBACK",
     "DeadLetterWriter",
     "DlqHeader",
     "provenance_headers",
@@ -40,10 +44,19 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MESSAGE_TIMEOUT_S = 30.0  # a broker outage surfaces as a failure (and a retry) within this
+# librdkafka's client-side cap on a produce request defaults to 1 MB, which would refuse the
+# dead letter of any record above it however large the DLQ topic allows (retried forever, the
+# cursor held). The DLQ topic's max.message.bytes is the real bound and the broker enforces
+# it; this cap only has to stay below the broker's socket.request.max.bytes (100 MiB). A
+# ``message.max.bytes`` in the consumer config wins.
+DLQ_MESSAGE_MAX_BYTES = 64 * 1024 * 1024
 _METADATA_TTL_S = 60.0  # how long a DLQ topic's partition count is trusted
 _METADATA_TIMEOUT_S = 5.0
-_MAX_ERROR_MESSAGE = 1_000  # bytes of the error message header
-_MAX_TRACEBACK = 8_000  # bytes of the traceback header (its tail: the raise site is last)
+# A dead letter must fit the DLQ's max.message.bytes (1 MiB by default) next to the record it
+# carries, so keyshared's own headers are bounded whatever the handler raised: the whole
+# provenance block stays under 10 KiB.
+MAX_ERROR_MESSAGE = 1_000  # bytes of the error message header (its head)
+MAX_TRACEBACK = 8_000  # bytes of the traceback header (its tail: the raise site is last)
 
 
 def retry_delay(failures: int, initial: float, maximum: float) -> float:
@@ -113,6 +126,8 @@ class DeadLetterWriter:
     :param call_later: runs a callback after a delay; schedules the retries.
     :param initial_backoff: seconds before the first retry of a failing DLQ topic.
     :param max_backoff: cap of the retry delay: also the longest a recovered DLQ waits unused.
+    :param redact: applied to the error message and traceback headers before they are cut to
+        their bounds (``ConsumerOptions.redact``); the record itself is written unchanged.
     """
 
     def __init__(
@@ -125,7 +140,9 @@ class DeadLetterWriter:
         *,
         initial_backoff: float = 0.5,
         max_backoff: float = 10.0,
+        redact: Redactor | None = None,
     ) -> None:
+        self._redact = redact
         self._producer_config = {
             **client_properties(kafka_config),
             "enable.idempotence": True,  # broker-side dedup of librdkafka's own retries
@@ -133,6 +150,7 @@ class DeadLetterWriter:
             "message.timeout.ms": int(MESSAGE_TIMEOUT_S * 1000),
             "allow.auto.create.topics": False,  # even where the broker would allow it
             "linger.ms": 5,
+            "message.max.bytes": kafka_config.get("message.max.bytes", DLQ_MESSAGE_MAX_BYTES),
         }
         self._group = group
         self._dlq_topic_for = dlq_topic_for
@@ -167,7 +185,7 @@ class DeadLetterWriter:
         """Queue ``msg`` (a confluent_kafka.Message) for its DLQ; ``on_acked`` runs once, on the
         writer's thread, after the broker acknowledged it. Returns at once."""
         headers = provenance_headers(
-            msg, self._group, attempts, error, reason, traceback_text, first_failure
+            msg, self._group, attempts, error, reason, traceback_text, first_failure, self._redact
         )
         topic = self._dlq_topic_for(msg.topic())
         self._inbox.put(_Letter(msg, topic, headers, still_wanted, on_acked))
@@ -315,8 +333,13 @@ def provenance_headers(
     reason: str,
     traceback_text: str,
     first_failure: float,
+    redact: Redactor | None = None,
 ) -> list[tuple[str, str | bytes | None]]:
-    """The original headers of ``msg`` followed by the :class:`DlqHeader` provenance headers."""
+    """The original headers of ``msg`` followed by the :class:`DlqHeader` provenance headers.
+
+    The error message and traceback are redacted, then cut to :data:`MAX_ERROR_MESSAGE` and
+    :data:`MAX_TRACEBACK` bytes; the original headers are the record's and stay as they are.
+    """
     ts_type, ts = msg.timestamp()
     text = {
         DlqHeader.SOURCE_TOPIC: msg.topic(),
@@ -332,8 +355,10 @@ def provenance_headers(
     }
     headers: list[tuple[str, str | bytes | None]] = list(msg.headers() or ())
     headers += [(name, value.encode()) for name, value in text.items()]
-    headers.append((DlqHeader.ERROR_MESSAGE, _bounded_head(_message(error), _MAX_ERROR_MESSAGE)))
-    headers.append((DlqHeader.TRACEBACK, _bounded_tail(traceback_text, _MAX_TRACEBACK)))
+    message = redacted(_message(error)[:REDACTION_INPUT_LIMIT], redact)
+    trace = redacted(traceback_text[-REDACTION_INPUT_LIMIT:], redact) if traceback_text else ""
+    headers.append((DlqHeader.ERROR_MESSAGE, _bounded_head(message, MAX_ERROR_MESSAGE)))
+    headers.append((DlqHeader.TRACEBACK, _bounded_tail(trace, MAX_TRACEBACK)))
     return headers
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from keyshared.core.poison import DeserializationError, PoisonPolicy, Retry, decide
+from keyshared.core.redaction import REDACTION_INPUT_LIMIT, Redactor, shown_error, shown_key
 from keyshared.core.window import Entry
 from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.kafka.settlement import SettlementBuffer, account
@@ -33,8 +34,10 @@ __all__ = ["RecordExecutor"]
 log = logging.getLogger(__name__)
 
 
-def describe(state: PartitionState, entry: Entry[Any]) -> str:
-    return f"{state.topic}[{state.partition}]@{entry.offset} key={entry.payload.key()!r:.80}"
+def describe(state: PartitionState, entry: Entry[Any], redact: Redactor | None = None) -> str:
+    """``topic[partition]@offset key=...`` for a log line; the key bounded and redacted."""
+    key = shown_key(entry.payload.key(), redact)
+    return f"{state.topic}[{state.partition}]@{entry.offset} key={key}"
 
 
 class RecordExecutor:
@@ -145,7 +148,10 @@ class RecordExecutor:
         decision = decide(entry.attempt, exc, self._options.retry, self._rng)
         if isinstance(decision, Retry):
             state.metrics.retried.inc()
-            log.debug("retrying %s in %.3fs after %r", describe(state, entry), decision.delay, exc)
+            if log.isEnabledFor(logging.DEBUG):
+                redact = self._options.redact
+                log.debug("retrying %s in %.3fs after %s", describe(state, entry, redact),
+                          decision.delay, shown_error(exc, redact))  # fmt: skip
             self._dispatcher.retry_later(state, entry, decision.delay, self._call_later)
             return
         self._terminal(state, entry, exc, decision.reason)
@@ -159,28 +165,29 @@ class RecordExecutor:
         policy = self._options.poison_for(state.topic)
         if policy is PoisonPolicy.PARK and not entry.ordered:
             policy = PoisonPolicy.DEAD_LETTER  # an unordered record has no tail to park
-        where = describe(state, entry)
+        where = describe(state, entry, self._options.redact)
+        shown = shown_error(exc, self._options.redact)
         if policy is PoisonPolicy.DROP:
             log.warning(
-                "dropping %s after %d attempt(s) (%s): %r", where, entry.attempt, reason, exc
+                "dropping %s after %d attempt(s) (%s): %s", where, entry.attempt, reason, shown
             )
             state.metrics.dropped.inc()
             self._dispatcher.finish(state, entry)
         elif policy is PoisonPolicy.DEAD_LETTER:
-            log.warning("dead-lettering %s (%s): %r", where, reason, exc)
+            log.warning("dead-lettering %s (%s): %s", where, reason, shown)
             self._dead_letter(state, entry, exc, reason, self._finish_dead_lettered)
         elif policy is PoisonPolicy.BLOCK:
-            log.error("blocking key of %s until released (%s): %r", where, reason, exc)
+            log.error("blocking key of %s until released (%s): %s", where, reason, shown)
             self._block(state, entry, exc)
         elif policy is PoisonPolicy.BLOCK_AND_DEAD_LETTER:
-            log.error("dead-lettering and blocking key of %s (%s): %r", where, reason, exc)
+            log.error("dead-lettering and blocking key of %s (%s): %s", where, reason, shown)
             self._dead_letter(state, entry, exc, reason, lambda s, e: self._block(s, e, exc))
         else:
             log.error(
-                "parking key of %s: it and its later records go to the DLQ (%s): %r",
+                "parking key of %s: it and its later records go to the DLQ (%s): %s",
                 where,
                 reason,
-                exc,
+                shown,
             )
             self._dead_letter(state, entry, exc, reason, self._park)
 
@@ -215,10 +222,9 @@ class RecordExecutor:
         if self._options.poison_for(state.topic) is PoisonPolicy.BLOCK_AND_DEAD_LETTER:
             state.metrics.dead_lettered.inc()
         assert self._keystate is not None
-        self._keystate.record_blocked(
-            state.topic, state.partition, entry.key, entry.offset, repr(exc)
-        )
-        self._dispatcher.block(state, entry, repr(exc))
+        reason = shown_error(exc, self._options.redact)  # bounded: it is a key-state record
+        self._keystate.record_blocked(state.topic, state.partition, entry.key, entry.offset, reason)
+        self._dispatcher.block(state, entry, reason)
 
     def _park(self, state: PartitionState, entry: Entry[Any]) -> None:
         """Make the park durable, then let the key's later records follow into the DLQ."""
@@ -241,8 +247,10 @@ class RecordExecutor:
         )
 
 
-def _bounded_traceback(exc: BaseException | None, limit: int = 4000) -> str:
+def _bounded_traceback(exc: BaseException | None) -> str:
+    """The traceback's tail (the raise site is last), cut to what the redaction hook may see;
+    the DLQ writer redacts it and cuts it again to its header bound."""
     if exc is None:
         return ""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return text[-limit:]
+    return text[-REDACTION_INPUT_LIMIT:]

@@ -18,6 +18,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from keyshared.core.offsets import decode_finished
+from keyshared.core.redaction import shown_key
+from keyshared.core.window import CursorBlocker
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.group_membership import KafkaGroupMembership
@@ -71,6 +73,8 @@ class PollLoop:
         self.inbox = inbox if inbox is not None else PollInbox()  # empty is falsy
         self.states: dict[TP, PartitionState] = {}
         self._paused: set[TP] = set()
+        # Per partition, the offset last reported stuck: each stuck record is logged once.
+        self._reported_stuck: dict[TP, int] = {}
 
     def _state_of(self, tp: TP) -> PartitionState | None:
         return self.states.get(tp)
@@ -197,9 +201,35 @@ class PollLoop:
                     oldest_incomplete_age=blocker.age if blocker else 0.0,
                     hot_key_share=state.stats.hot_key_share(),
                 )
+            if blocker is not None and blocker.age >= self._options.stuck_after:
+                self._report_stuck(state, blocker)
             if now - state.stats.since > _HOT_KEY_WINDOW:
                 # The sketches describe recent traffic, not the partition's whole history.
                 state.stats.reset(now)
+
+    def _report_stuck(self, state: PartitionState, blocker: CursorBlocker) -> None:
+        """Warn once per record that holds the partition's committed offset past ``stuck_after``.
+
+        Sampled with the gauges (the oldest-incomplete age is the metric), so it costs nothing
+        per record; the record's key goes through the redaction hook like any logged key.
+        """
+        if self._reported_stuck.get(state.tp) == blocker.offset:
+            return
+        self._reported_stuck[state.tp] = blocker.offset
+        log.warning(
+            "stuck record: %s[%d]@%d key=%s %s for %.0fs (stuck_after=%gs); the committed "
+            "offset of %s[%d] holds at %d until it finishes",
+            state.topic,
+            state.partition,
+            blocker.offset,
+            shown_key(blocker.key, self._options.redact),
+            "has been in flight" if blocker.in_flight else "has been waiting for dispatch",
+            blocker.age,
+            self._options.stuck_after,
+            state.topic,
+            state.partition,
+            blocker.offset,
+        )
 
     # -- membership events (on this thread: rebalance callbacks are served inside consume) ----
 
@@ -292,6 +322,7 @@ class PollLoop:
     def _forget(self, states: list[PartitionState]) -> None:
         for state in states:
             self._paused.discard(state.tp)
+            self._reported_stuck.pop(state.tp, None)
             self._metrics.forget_partition(state.topic, state.partition)
         self._metrics.set_paused_partitions(len(self._paused))
 

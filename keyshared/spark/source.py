@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from keyshared.spark.errors import BrokerUnreachableError, EmptyRangeError, TopicNotFoundError
+from keyshared.spark.kafka_options import java_kafka_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -232,7 +233,8 @@ def read_range(
     ``topic``, ``partition``, ``offset``, ``timestamp``, ``timestampType``, ``headers``).
 
     Reads ``read_committed``: records of aborted transactions (such as a failed replay task's)
-    are never seen. ``kafka_options`` are Kafka client properties (security, for example),
+    are never seen. ``kafka_options`` are the librdkafka client properties of the job
+    (security, for example), translated for the Java client (:func:`java_kafka_options`) and
     passed as ``kafka.<name>``.
     """
     reader = (
@@ -243,6 +245,6 @@ def read_range(
     )
     for name, value in offsets.spark_options().items():
         reader = reader.option(name, value)
-    for name, value in (kafka_options or {}).items():
+    for name, value in java_kafka_options(kafka_options or {}).items():
         reader = reader.option(f"kafka.{name}", value)
     return reader.load()
