@@ -58,7 +58,12 @@ def print_summary(console: Console, outcome: DemoOutcome) -> None:
         if lost == 0
         else f"{_BAD} {lost}: {outcome.lost[:5]}",
     )
-    table.add_row("duplicates", f"{v.duplicates}")
+    redelivered = (
+        f" ({v.redelivered} unfinished order(s) redelivered from attempt 1 after a hand-over)"
+        if v.redelivered
+        else ""
+    )
+    table.add_row("duplicates", f"{v.duplicates}{redelivered}")
     behind = sum(outcome.commit_gaps.values())
     table.add_row(
         "committed offsets",

@@ -87,3 +87,22 @@ def test_verifier_flags_overlap_skips_and_duplicates() -> None:
     assert verdict.violations == 2
     assert verdict.duplicates == 1
     assert any("order 3 started after order 1" in e for e in verdict.examples)
+
+
+def test_an_unfinished_order_redelivered_after_a_hand_over_is_not_a_violation() -> None:
+    """Found by the README's demo run: a poison order waiting for its retry when its partition
+    moved was started again from attempt 1 by the new owner. Nothing ran out of order."""
+    v = OrderVerifier()
+    v.started("a", 0, attempt=1)
+    v.finished("a", 0, ok=True)
+    v.started("a", 1, attempt=1)
+    v.finished("a", 1, ok=False)  # waits for its retry; the partition moves
+    v.started("a", 1, attempt=1)  # the new owner redelivers it
+    v.finished("a", 1, ok=True)
+    v.started("a", 1, attempt=1)  # again after it succeeded: a duplicate
+    v.finished("a", 1, ok=True)
+    v.started("a", 3, attempt=1)  # skips 2: still a violation
+    verdict = v.verdict()
+    assert verdict.redelivered == 1
+    assert verdict.duplicates == 1
+    assert verdict.violations == 1 and "order 3 started after order 1" in verdict.examples[0]
