@@ -53,10 +53,18 @@ __all__ = ["demo"]
 )
 @click.option(
     "--mode",
-    type=click.Choice(["partition", "key_shared"]),
+    type=click.Choice(["partition", "key_shared", "exclusive"]),
     default="partition",
     help="key_shared: the members split the topic's keys by slot through ZooKeeper, so more "
-    "members than partitions all work (try --partitions 1 --members 4).",
+    "members than partitions all work (try --partitions 1 --members 4). exclusive: one active "
+    "member holds a ZooKeeper lock, the others wait as standbys (no poison orders: exclusive "
+    "mode blocks a poisoned key until it is released).",
+)
+@click.option(
+    "--partition-leases",
+    is_flag=True,
+    help="partition mode: each partition runs only under its ZooKeeper lease, so a hand-over "
+    "never overlaps the old owner's stragglers.",
 )
 @click.option(
     "--zookeeper",
@@ -83,6 +91,7 @@ def demo(
     metrics_port: int,
     keep_cluster: bool,
     mode: str,
+    partition_leases: bool,
     zookeeper: str | None,
     spark_replay: bool,
 ) -> None:
@@ -118,11 +127,12 @@ def demo(
         members,
         workers,
         handler_ms,
-        poison_every,
+        0 if mode == "exclusive" else poison_every,
         timeout=timeout,
         metrics_port=metrics_port,
         mode=mode,
         zookeeper=where.zookeeper,
+        partition_leases=partition_leases and mode == "partition",
     )
     try:
         outcome = run_demo(where.bootstrap, settings, console)

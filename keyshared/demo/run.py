@@ -47,8 +47,9 @@ class DemoSettings:
     max_attempts: int = 3
     timeout: float = 300.0
     metrics_port: int | None = 0
-    mode: str = "partition"  # or key_shared: members split the partitions' keys via ZooKeeper
+    mode: str = "partition"  # key_shared: members split keys; exclusive: one active member
     zookeeper: str | None = None
+    partition_leases: bool = False  # partition mode: a ZooKeeper lease per partition
 
 
 @dataclass
@@ -75,14 +76,20 @@ class DemoOutcome:
 
 
 def _coordination(settings: DemoSettings) -> dict[str, object]:
-    """key_shared mode's options for one member: its own ZooKeeper session."""
-    if settings.mode != "key_shared":
+    """A member's mode options, with its own ZooKeeper session when the mode coordinates."""
+    coordinated = settings.mode in ("key_shared", "exclusive") or settings.partition_leases
+    if not coordinated:
         return {}
     from coordinator import ZooKeeperCoordinator
 
     if settings.zookeeper is None:
-        raise KeySharedError("--mode key_shared needs ZooKeeper (the local cluster has one)")
-    return {"mode": "key_shared", "coordinator": ZooKeeperCoordinator(settings.zookeeper)}
+        raise KeySharedError(f"--mode {settings.mode} needs ZooKeeper (the local cluster has one)")
+    return {"mode": settings.mode, "coordinator": ZooKeeperCoordinator(settings.zookeeper)}
+
+
+def _poison_policy(settings: DemoSettings) -> str:
+    """dead_letter, except in exclusive mode, where only blocking policies keep strict order."""
+    return "block_and_dead_letter" if settings.mode == "exclusive" else "dead_letter"
 
 
 def run_demo(bootstrap: str, settings: DemoSettings, console: Console) -> DemoOutcome:
@@ -112,7 +119,7 @@ def run_demo(bootstrap: str, settings: DemoSettings, console: Console) -> DemoOu
             [topic],
             handler,
             workers=settings.workers,
-            poison="dead_letter",
+            poison=_poison_policy(settings),
             dlq_topic=dlq_topic,
             retry=retry,
             metrics_port=settings.metrics_port if i == 0 else None,
@@ -129,15 +136,18 @@ def run_demo(bootstrap: str, settings: DemoSettings, console: Console) -> DemoOu
     for member in members:
         member.wait_started(60)
     metrics_url = members[0].metrics_url
-    how = (
-        f"key_shared: {settings.members} members split {settings.partitions} partition(s) "
-        "by key slot through ZooKeeper"
-        if settings.mode == "key_shared"
-        else f"{settings.members} keyshared members"
-    )
+    how = {
+        "key_shared": f"key_shared: {settings.members} members split {settings.partitions} "
+        "partition(s) by key slot through ZooKeeper",
+        "exclusive": f"exclusive: 1 active member of {settings.members} (a ZooKeeper lock), "
+        "the others standbys; strictly serial per partition",
+    }.get(settings.mode, f"{settings.members} keyshared members")
+    if settings.partition_leases:
+        how += " with ZooKeeper partition leases"
     console.print(
         f"{how} x {settings.workers} workers, handler {settings.handler_ms:g} ms, poison "
-        "policy dead_letter" + (f"; metrics at {metrics_url}" if metrics_url else "")
+        f"policy {_poison_policy(settings)}"
+        + (f"; metrics at {metrics_url}" if metrics_url else "")
     )
     workload = OrderWorkload(settings.records, settings.keys, settings.poison_every)
     producer = threading.Thread(target=workload.produce, args=(bootstrap, topic), daemon=True)

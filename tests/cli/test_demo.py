@@ -11,15 +11,19 @@ import pytest
 from keyshared.demo.verifier import OrderVerifier
 
 
-@pytest.mark.parametrize("mode", ["partition", "key_shared"])
+@pytest.mark.parametrize("mode", ["partition", "key_shared", "exclusive", "partition_leases"])
 def test_demo_small_run_proves_order_and_completeness(
     kafka_bootstrap: str, zookeeper_hosts: str, mode: str
 ) -> None:
-    """key_shared runs more members (3) than partitions (1): the coordinator splits the keys."""
-    shape = ["--partitions", "3", "--members", "2"]
-    if mode == "key_shared":
-        shape = ["--partitions", "1", "--members", "3", "--mode", "key_shared",
-                 "--zookeeper", zookeeper_hosts]  # fmt: skip
+    """key_shared runs more members (3) than partitions (1): the coordinator splits the keys.
+    exclusive runs one active member and a standby, without poison (its policy blocks a key)."""
+    zk = ["--zookeeper", zookeeper_hosts]
+    shape = {
+        "partition": ["--partitions", "3", "--members", "2"],
+        "key_shared": ["--partitions", "1", "--members", "3", "--mode", "key_shared", *zk],
+        "exclusive": ["--partitions", "3", "--members", "2", "--mode", "exclusive", *zk],
+        "partition_leases": ["--partitions", "3", "--members", "2", "--partition-leases", *zk],
+    }[mode]
     command = [
         sys.executable,
         "-c",
@@ -55,6 +59,10 @@ def test_demo_small_run_proves_order_and_completeness(
     assert "✓ 0 violations" in out
     assert "✓ 0 (every produced order succeeded or is in the DLQ)" in out
     assert "every partition committed to its end offset" in out
+    if mode == "exclusive":
+        assert "1 active member of 2" in out
+        assert "0 in keyshared-demo-" in out and "(expected 0)" in out
+        return
     assert "3 in keyshared-demo-" in out and "(expected 3)" in out
     assert "keyshared.source.offset" in out  # the headers of one dead letter are shown
 
