@@ -10,13 +10,23 @@
   The mode's ``on_lost`` drops all results without committing (fencing).
 - **renewed** (a new session after a loss): the mode's ``on_renewed`` rejoins as a new member.
 
-A member that keeps running handlers past its session's expiry is the one overlap this cannot
-prevent; it is why every record carries a fencing token (see ``docs/coordinator.md``).
+- **stale** (no ZooKeeper round trip for half a session timeout): start no handler until one
+  succeeds. A member stalled past its session (SIGSTOP, a long GC pause) resumes with records
+  queued and a session it does not yet know is gone; kazoo tells it only after a round trip,
+  and meanwhile its workers would start records that a new owner may already have run. Every
+  round trip that succeeds proves the session alive for a while after it was sent, so dispatch
+  is allowed only within that window (found by the chaos suite).
+
+A member that keeps running handlers past its session's expiry (started before the stall) is
+the one overlap this cannot prevent; it is why every record carries a fencing token (see
+``docs/coordinator.md``).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -31,6 +41,9 @@ if TYPE_CHECKING:
 __all__ = ["SessionGate"]
 
 log = logging.getLogger(__name__)
+
+_ALIVE_FRACTION = 0.5  # a round trip proves the session for this share of its timeout
+_PROBE_FRACTION = 0.2  # probe this often (of the timeout): a stall of ~0.3 timeouts pauses
 
 
 class SessionGate:
@@ -57,16 +70,52 @@ class SessionGate:
         self.suspended = False
         self.lost = False
         self._watcher: SessionWatcher | None = None
+        timeout = zk.session_timeout
+        self._alive_for = timeout * _ALIVE_FRACTION
+        self._probe_every = timeout * _PROBE_FRACTION
+        self._alive_until = time.monotonic() + self._alive_for
+        self._stopping = threading.Event()
+        self._prober: threading.Thread | None = None
 
     def start(self) -> None:
-        """Watch the session from now on."""
+        """Watch the session from now on, and gate dispatch on recent proof that it lives."""
         self._watcher = self._zk.watch_session(self._on_event)
         self.metrics.session("connected")
+        self._ctx.dispatcher.set_liveness(self.live)
+        self._prober = threading.Thread(
+            target=self._probe, name="keyshared-zk-liveness", daemon=True
+        )
+        self._prober.start()
+
+    def live(self) -> bool:
+        """Whether a round trip to ZooKeeper succeeded recently enough to trust the session."""
+        return time.monotonic() < self._alive_until
+
+    def _probe(self) -> None:
+        """A cheap ZooKeeper read every ``session_timeout / 5``; each success extends the
+        window in which this member may start handlers, and reopens dispatch if a stall had
+        closed it."""
+        client = self._zk.client
+        while not self._stopping.wait(self._probe_every):
+            sent = time.monotonic()
+            try:
+                client.exists("/")
+            except Exception:
+                continue  # no proof this time; the session events say what happened
+            was_live = sent < self._alive_until
+            self._alive_until = sent + self._alive_for
+            if not was_live and not (self.suspended or self.lost):
+                log.info("ZooKeeper answers again: dispatch resumed")
+                self._ctx.dispatcher.resume_dispatch()
 
     def _on_event(self, event: SessionEvent) -> None:
         """On the session watcher's thread: act at once where it must, post the rest."""
         state = event.state
         if state in (SessionState.SUSPENDED, SessionState.LOST):
+            # Flag first, on this thread: the liveness prober must not reopen dispatch before
+            # the poll thread has handled the event.
+            self.suspended = self.suspended or state is SessionState.SUSPENDED
+            self.lost = self.lost or state is SessionState.LOST
             self._ctx.dispatcher.pause_dispatch()
         self._ctx.inbox.post(lambda: self._apply(state))
 
@@ -95,6 +144,7 @@ class SessionGate:
             self._on_renewed()
 
     def stop(self) -> None:
+        self._stopping.set()
         if self._watcher is not None:
             self._watcher.stop()
             self._watcher = None

@@ -59,6 +59,7 @@ class Dispatcher:
         self._serial = options.mode == "exclusive"  # one ordered lane per partition
         self._submit = submit
         self._held: list[tuple[int, list[Work]]] | None = None  # while dispatch is paused
+        self._live: Callable[[], bool] | None = None  # a coordinator's "may I still run?"
         self._on_draining = on_draining
         self._round_robin = itertools.cycle(range(workers))
         self._workers = workers
@@ -300,8 +301,28 @@ class Dispatcher:
 
     # -- pausing dispatch (the coordinator lost its connection) ----------------------------------
 
+    def set_liveness(self, live: Callable[[], bool]) -> None:
+        """Start nothing while ``live()`` is False (a coordinator that has not heard from its
+        ZooKeeper session recently enough to be sure it still holds its work). What becomes
+        ready meanwhile is held, in order, until :meth:`resume_dispatch`."""
+        self._live = live
+
+    def live(self) -> bool:
+        live = self._live
+        return live is None or live()
+
+    def defer(self, state: PartitionState, entry: Entry[Any]) -> None:
+        """A worker found the member not live as it was about to run ``entry``: hold it (still
+        counted as running) until dispatch resumes."""
+        with self.lock:
+            if self._held is None:
+                self._held = []
+            self._held.append((entry.worker, [(state, entry)]))
+
     def _dispatch(self, worker: int, works: list[Work]) -> None:
         """Hand ready records to a worker, or hold them while dispatch is paused (lock held)."""
+        if self._held is None and self._live is not None and not self._live():
+            self._held = []  # not sure of the session any more: whoever resumes dispatch clears it
         if self._held is not None:
             self._held.append((worker, works))
         else:

@@ -100,6 +100,11 @@ class RecordExecutor:
         if state.phase is not Phase.ACTIVE:
             self._dispatcher.abandon(state)
             return None
+        if not self._dispatcher.live():
+            # Queued before the member lost touch with its coordinator (a stall, a GC pause):
+            # starting it now could overlap its next owner. It waits for dispatch to resume.
+            self._dispatcher.defer(state, entry)
+            return None
         if entry.ordered and entry.key in state.parked:
             self._dead_letter(state, entry, None, "parked", self._finish_parked_tail)
             return None

@@ -180,3 +180,26 @@ def test_records_held_by_a_paused_dispatch_never_run_once_their_partition_drains
     b.dispatcher.resume_dispatch()
     assert b.submitted == []
     assert b.cursor == 0, "the cursor passed records that never ran"
+
+
+def test_a_member_not_sure_of_its_session_starts_nothing_until_dispatch_resumes() -> None:
+    """The liveness gate a coordinator sets: nothing starts while it says no, and what became
+    ready meanwhile is handed over, in order, when dispatch resumes."""
+    b = Bench()
+    live = [False]
+    b.dispatcher.set_liveness(lambda: live[0])
+    b.admit([(0, b"a"), (1, b"b")])
+    assert b.submitted == [], "a record started while the member was not live"
+    live[0] = True
+    b.dispatcher.resume_dispatch()
+    assert b.dispatched() == [0, 1]
+
+
+def test_a_deferred_record_stays_running_and_runs_after_resume() -> None:
+    b = Bench()
+    b.admit([(0, b"a")])
+    entry = b.take(0)
+    b.dispatcher.defer(b.state, entry)  # a worker found the member not live
+    assert b.state.running == 1, "a deferred record must still hold its key and the drain"
+    b.dispatcher.resume_dispatch()
+    assert b.dispatched() == [0]
