@@ -104,7 +104,14 @@ def range_cursor(
     floor = max(window_cursor, min(p.start for p in pieces))
     carried: set[int] = set()
     for piece in pieces:
-        carried.update(o for o in piece.finished if o >= floor)
+        # A stored cursor's finished offsets are only true for records of its own slots: its
+        # writer also counted as "done" the records of slots it did not own. Carried into a
+        # cursor of a wider range they would claim other slots' records done and lose them
+        # (found by the join/leave/crash test in CI). Carry them only where the piece covers
+        # the whole range; elsewhere the window's own finished set (each record judged by its
+        # own slot's piece) is what counts, and the rest is at worst redone after a crash.
+        if piece.slots.lo <= slots.lo and slots.hi <= piece.slots.hi:
+            carried.update(o for o in piece.finished if o >= floor)
     done = {o for o in finished if o >= floor} | carried
     if not done:
         return floor, ""

@@ -39,3 +39,16 @@ def metadata_of(cursor: int, finished: list[int]) -> str:
     from keyshared.core.offsets import encode_finished
 
     return encode_finished(cursor, finished, 60_000) or ""
+
+
+def test_finished_offsets_of_a_narrower_cursor_never_spread_to_the_rest_of_a_wider_range() -> None:
+    """A wrote LOW's cursor with offset 500 "finished": a record of the upper slots that A did
+    not own and skipped. B, holding the whole space, must not write 500 as finished for it,
+    or the next holder of HIGH would skip a record nobody ran."""
+    whole = SlotRange(0, 65535)
+    stored = [StoredCursor(LOW, 400, 2, {500}), StoredCursor(HIGH, 400, 1)]
+    claims = PartitionClaims.resolve([(whole, 3)], stored, base=0)
+    computed = range_cursor(whole, claims, window_cursor=400, finished=[])
+    assert computed is not None
+    offset, metadata = computed
+    assert 500 not in decode_finished(offset, metadata), "a skipped record was carried as done"
