@@ -202,8 +202,12 @@ def _check_key(
     timeline = list(events)
     for (pid, seq), start in open_calls.items():
         if pid in killed:
+            # Killed at ``killed[pid]``, recorded just before the signal: a call the victim
+            # started in between (a loaded machine can take that long to deliver it) ended with
+            # the process, after its own start, not before it.
+            ended = max(killed[pid], start.t + 1)
             timeline.append(
-                Event("K", key, seq, pid, start.partition, start.offset, killed[pid], start.attempt)
+                Event("K", key, seq, pid, start.partition, start.offset, ended, start.attempt)
             )
         else:
             violations.append(f"key {key!r} seq {seq}: started in {pid}, never ended, not killed")
