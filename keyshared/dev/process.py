@@ -52,8 +52,20 @@ def spawn(command: Sequence[str], output: Path, cwd: Path) -> int:
 
 
 def is_running(pid: int, marker: str) -> bool:
-    """Whether `pid` is alive (not a zombie) and `marker` is one of its arguments."""
-    _reap(pid)
+    """Whether `pid` is alive (not a zombie) and `marker` is one of its arguments.
+
+    A server this process started is judged by its `Popen` instead: between fork and exec its
+    argv is still this Python's, without the marker, and a loaded machine can stretch that
+    window past the first readiness check, which then reported a healthy server as "exited
+    during startup" (seen in CI). While we hold its `Popen` unreaped, the pid cannot be reused.
+    """
+    with _children_lock:
+        child = _children.get(pid)
+        if child is not None:
+            if child.poll() is None:
+                return True
+            del _children[pid]
+            return False
     args = _command_line(pid)
     return args is not None and marker in args
 
@@ -99,13 +111,6 @@ def _wait_gone(pid: int, marker: str, timeout: float) -> bool:
             return True
         time.sleep(_POLL_INTERVAL_S)
     return not is_running(pid, marker)
-
-
-def _reap(pid: int) -> None:
-    with _children_lock:
-        child = _children.get(pid)
-        if child is not None and child.poll() is not None:
-            del _children[pid]
 
 
 def _command_line(pid: int) -> list[str] | None:
