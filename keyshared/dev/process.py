@@ -24,6 +24,7 @@ __all__ = ["find_processes", "is_running", "spawn", "stop"]
 # Children started by this Python process: polled so that an exited server is reaped (a zombie
 # still answers `kill(pid, 0)` and would look alive).
 _children: dict[int, subprocess.Popen[bytes]] = {}
+_launched: dict[int, tuple[str, ...]] = {}  # the argv each child was started with
 _children_lock = threading.Lock()
 _POLL_INTERVAL_S = 0.05
 
@@ -48,6 +49,7 @@ def spawn(command: Sequence[str], output: Path, cwd: Path) -> int:
         )
     with _children_lock:
         _children[proc.pid] = proc
+        _launched[proc.pid] = tuple(str(part) for part in command)
     return proc.pid
 
 
@@ -63,8 +65,10 @@ def is_running(pid: int, marker: str) -> bool:
         child = _children.get(pid)
         if child is not None:
             if child.poll() is None:
-                return True
+                # What we launched, not what /proc shows yet: the marker is in our own argv.
+                return marker in _launched.get(pid, ())
             del _children[pid]
+            _launched.pop(pid, None)
             return False
     args = _command_line(pid)
     return args is not None and marker in args
