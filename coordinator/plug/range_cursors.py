@@ -113,6 +113,13 @@ def range_cursor(
         if piece.slots.lo <= slots.lo and slots.hi <= piece.slots.hi:
             carried.update(o for o in piece.finished if o >= floor)
     done = {o for o in finished if o >= floor} | carried
+    # The cursor names the first record *not* done, and the metadata holds only offsets above
+    # it: a finished record at the floor (typically the resume point of a piece, finished by
+    # this member since) must move the cursor on, or it is dropped and its next owner redoes
+    # it (found by the chaos run).
+    while floor in done:
+        done.discard(floor)
+        floor += 1
     if not done:
         return floor, ""
     return floor, encode_finished(floor, sorted(done), _CURSOR_METADATA_BYTES) or ""

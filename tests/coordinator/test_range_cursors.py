@@ -52,3 +52,19 @@ def test_finished_offsets_of_a_narrower_cursor_never_spread_to_the_rest_of_a_wid
     assert computed is not None
     offset, metadata = computed
     assert 500 not in decode_finished(offset, metadata), "a skipped record was carried as done"
+
+
+def test_a_finished_record_at_the_resume_point_is_not_redone() -> None:
+    """Found by the chaos run: a member resumed HIGH at 5000, finished 5000 and 5003, and wrote
+    the cursor 5000 with 5003 finished. The metadata holds offsets strictly above the cursor,
+    so 5000 was dropped and HIGH's next owner ran it again (one record, the resume point)."""
+    stored = [StoredCursor(LOW, 100, 1), StoredCursor(HIGH, 5000, 2)]
+    claims = PartitionClaims.resolve([(LOW, 3), (HIGH, 4)], stored, base=0)
+    computed = range_cursor(HIGH, claims, window_cursor=120, finished=[5000, 5001, 5003])
+    assert computed is not None
+    offset, metadata = computed
+    done = set(range(offset)) | decode_finished(offset, metadata)
+    assert {5000, 5001, 5003} <= done, (
+        f"cursor {offset}, finished {sorted(done - set(range(offset)))}"
+    )
+    assert 5002 not in done and offset <= 5002, "an unfinished record was skipped"
