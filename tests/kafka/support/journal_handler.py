@@ -7,6 +7,9 @@ sequence number (ASCII). For every call the handler appends two lines to ``$KS_J
     S <key hex> <seq> <pid> <partition> <offset> <monotonic ns> <attempt>
     E <key hex> <seq> <pid> <partition> <offset> <monotonic ns> <attempt>
 
+A call that fails on purpose (the ``KS_FAIL_*`` knobs) ends with an ``F`` line instead of ``E``
+and raises :class:`InjectedFailure`: the record is not finished, it is retried or dead-lettered.
+
 ``time.monotonic_ns`` is CLOCK_MONOTONIC, one clock for every process of the machine, so the
 journals of several consumers can be merged into one timeline. Each line is one ``os.write`` on
 an ``O_APPEND`` descriptor: nothing is buffered in the process, so a SIGKILL loses no line
@@ -18,6 +21,12 @@ Environment:
 - ``KS_SLEEP_MS``: ``"lo,hi"``, a uniform random sleep inside the handler (default ``"0,0"``).
 - ``KS_STUCK_KEY``: a key (ASCII) whose record ``KS_STUCK_SEQ`` (default 1) never finishes.
 - ``KS_SLOW_KEY`` / ``KS_SLOW_SECONDS``: that key's records take this long.
+- ``KS_SLOW_KEYS``: ``"rate,seconds"``, a ``rate`` share of all keys (chosen by
+  ``faults.fault_fraction``) whose records take ``seconds`` each (default ``"0,0"``).
+- ``KS_FAIL_ONCE_RATE``: that share of records fails its first attempt (a retry succeeds).
+- ``KS_FAIL_ALWAYS_RATE``: that share of records fails every attempt (poison: it ends in the
+  DLQ, or blocks, by the ``--poison`` policy). Which records fail is decided by
+  ``faults.fault_fraction`` of ``(key, seq)``, the same in every process, so a test knows them.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ import threading
 import time
 from typing import Any
 
+from tests.kafka.support.faults import fault_fraction
+
 _FD = os.open(os.environ["KS_JOURNAL"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 _PID = os.getpid()
 _LO, _HI = (float(x) / 1000.0 for x in os.environ.get("KS_SLEEP_MS", "0,0").split(","))
@@ -36,7 +47,40 @@ _STUCK_KEY = os.environ.get("KS_STUCK_KEY", "").encode() or None
 _STUCK_SEQ = int(os.environ.get("KS_STUCK_SEQ", "1"))
 _SLOW_KEY = os.environ.get("KS_SLOW_KEY", "").encode() or None
 _SLOW_SECONDS = float(os.environ.get("KS_SLOW_SECONDS", "0"))
+_SLOW_KEYS_RATE, _SLOW_KEYS_SECONDS = (
+    float(x) for x in os.environ.get("KS_SLOW_KEYS", "0,0").split(",")
+)
+_FAIL_ONCE_RATE = float(os.environ.get("KS_FAIL_ONCE_RATE", "0"))
+_FAIL_ALWAYS_RATE = float(os.environ.get("KS_FAIL_ALWAYS_RATE", "0"))
 _NEVER = threading.Event()
+
+
+class InjectedFailure(Exception):
+    """A failure the test asked for (``KS_FAIL_ONCE_RATE`` / ``KS_FAIL_ALWAYS_RATE``)."""
+
+
+def _injected_failure(record: Any, seq: int) -> str | None:
+    """Why this attempt of the record must fail, or None."""
+    if _FAIL_ONCE_RATE <= 0 and _FAIL_ALWAYS_RATE <= 0:
+        return None
+    fraction = fault_fraction(record.raw_key, seq)
+    if fraction < _FAIL_ALWAYS_RATE:
+        return "poison"
+    if fraction < _FAIL_ALWAYS_RATE + _FAIL_ONCE_RATE and record.attempt == 1:
+        return "transient"
+    return None
+
+
+def _extra_sleep(record: Any) -> float:
+    """Seconds a ``KS_SLOW_KEYS`` key takes (0 for the others)."""
+    if _SLOW_KEYS_RATE > 0 and fault_fraction(record.raw_key) < _SLOW_KEYS_RATE:
+        return _SLOW_KEYS_SECONDS
+    return 0.0
+
+
+def _fail(record: Any, seq: int, why: str) -> None:
+    _line("F", record, seq)
+    raise InjectedFailure(f"injected {why} failure: seq {seq} attempt {record.attempt}")
 
 
 def _line(kind: str, record: Any, seq: int) -> None:
@@ -57,6 +101,10 @@ def handle(record: Any) -> None:
         time.sleep(_SLOW_SECONDS)
     elif _HI > 0:
         time.sleep(random.uniform(_LO, _HI))
+    if extra := _extra_sleep(record):
+        time.sleep(extra)
+    if why := _injected_failure(record, seq):
+        _fail(record, seq, why)
     _line("E", record, seq)
 
 
@@ -69,4 +117,8 @@ async def handle_async(record: Any) -> None:
         await asyncio.sleep(_SLOW_SECONDS)
     elif _HI > 0:
         await asyncio.sleep(random.uniform(_LO, _HI))
+    if extra := _extra_sleep(record):
+        await asyncio.sleep(extra)
+    if why := _injected_failure(record, seq):
+        _fail(record, seq, why)
     _line("E", record, seq)
