@@ -1,0 +1,44 @@
+"""Options of the chaos runs: short ones by default (CI), long ones by hand.
+
+``--chaos-minutes N`` (or ``KS_CHAOS_MINUTES=N``; ``KS_CHAOS_LONG=1`` means 30) turns every
+chaos test of the session into a long run: an N-minute fault phase at the same fault rates,
+and records produced in proportion. See ``docs/chaos.md``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+LONG_DEFAULT_MINUTES = 30.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--chaos-minutes",
+        type=float,
+        default=None,
+        help="chaos tests: length of the fault phase in minutes (a long run; default: the "
+        "short CI run). Also KS_CHAOS_MINUTES=N, or KS_CHAOS_LONG=1 for 30 minutes.",
+    )
+
+
+def chaos_minutes(config: pytest.Config) -> float | None:
+    """The long run's fault phase in minutes, or None for the short run."""
+    minutes = config.getoption("--chaos-minutes")
+    if minutes is None and os.environ.get("KS_CHAOS_MINUTES"):
+        minutes = float(os.environ["KS_CHAOS_MINUTES"])
+    if minutes is None and os.environ.get("KS_CHAOS_LONG", "") not in ("", "0"):
+        minutes = LONG_DEFAULT_MINUTES
+    return minutes
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A long run outlives the suite's 300 s timeout: give chaos tests their own bound."""
+    minutes = chaos_minutes(config)
+    if minutes is None:
+        return
+    for item in items:
+        if item.get_closest_marker("chaos") is not None:
+            item.add_marker(pytest.mark.timeout(int(minutes * 60 + 900)))

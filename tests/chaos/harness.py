@@ -1,0 +1,288 @@
+"""A chaos run: ``keyshared run`` members consume while a fault schedule hits them, the broker
+and ZooKeeper; the merged handler journals and the DLQ then judge the guarantees.
+
+One run (:func:`run_chaos`) is bounded in time and stays on loopback:
+
+1. a topic of ``partitions`` partitions (and its DLQ topic) is created; ``members``
+   processes run ``tests.kafka.support.journal_handler:handle`` over it, journaling every
+   handler start and end into one file with the machine-wide monotonic clock;
+2. a producer writes ``records`` records over ``keys`` keys at an even pace for the whole
+   fault phase, each record's value its per-key sequence number (1, 2, ...);
+3. meanwhile the fault schedule (:func:`fault_schedule`) runs: SIGKILL a random member every
+   few seconds and start a replacement at once, SIGKILL the broker once and start it again,
+   and in coordinator modes stall a member (SIGSTOP) past its ZooKeeper session timeout, then
+   SIGCONT it, and restart ZooKeeper once. The handlers themselves fail on purpose (some
+   records once, then a retry succeeds; some on every attempt: the DLQ) and some keys are slow;
+4. after the fault phase the run waits (bounded) for the group's committed offsets to reach
+   the end of every partition, stops the members with SIGTERM, reads the DLQ back and runs
+   ``keyshared verify``;
+5. :func:`analyse` judges the journals (with ``tests.kafka.support.journal.check``, the order
+   checker of the other guarantee tests) and :meth:`ChaosResult.report` prints the figures.
+
+Two accounting rules are part of the judgement and are stated here once:
+
+- **A dead-lettered record is finished when its last attempt fails** (its ``F`` line with
+  ``attempt == max_attempts``): the next record of the key may start only after that (in fact
+  only after the DLQ write is acknowledged, later still), so the order check treats that line
+  as the record's end. Such a record counts as processed only if it is read back from the DLQ.
+- **A member stalled past its session** (SIGSTOP longer than ``--session-timeout``): its
+  leases are gone and the next owner starts while the stalled handlers are frozen mid-call.
+  That is the one documented overlap (``docs/guarantees.md``, "What is not guaranteed"): the
+  stalled calls are taken to end at the SIGSTOP (their late ``E`` lines become ``K``: ended,
+  not finished; the next owner must redo them), counted and reported as zombie calls. After
+  the SIGCONT the process is a new member (it rejoins with a new session), so its later calls
+  are checked as those of a new process. Only a stall whose expiry the member's log confirms is
+  treated this way; any other overlap is a violation.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from keyshared.dev import LocalCluster
+from keyshared.dev.testing import create_topic, delete_topics, unique_name
+from tests.chaos.analysis import _log_time, analyse, fences_from_logs
+from tests.chaos.members import Members, PacedProducer
+from tests.chaos.observers import CommitWatch, GroupStates, JournalTail, read_dlq, run_verify
+from tests.chaos.plan import (
+    EXPIRED_LOG,
+    FAULT_GAP_S,
+    QUIET,
+    ChaosPlan,
+    Fault,
+    fault_fraction,
+    fault_schedule,
+)
+from tests.chaos.result import ChaosResult
+from tests.kafka.support.journal import (
+    read_journal,
+    sequenced,
+)
+
+__all__ = [
+    "ChaosPlan",
+    "ChaosResult",
+    "Fault",
+    "analyse",
+    "fault_fraction",
+    "fault_schedule",
+    "run_chaos",
+]
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+def run_chaos(
+    plan: ChaosPlan,
+    cluster: LocalCluster,
+    workdir: Path,
+    *,
+    progress: Callable[[str], None] = print,
+) -> ChaosResult:
+    """Run ``plan`` on ``cluster`` (restarted by the schedule) and judge it."""
+    bootstrap, zookeeper = cluster.bootstrap_servers, cluster.zookeeper_hosts
+    workdir.mkdir(parents=True, exist_ok=True)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": QUIET})
+    topic = unique_name(f"chaos-{plan.mode}")
+    group = unique_name(f"chaos-{plan.mode}")
+    dlq = f"{topic}.dlq"
+    create_topic(admin, topic, plan.partitions)
+    create_topic(admin, dlq, plan.partitions)
+    keys: list[bytes | None] = [f"key-{i:05d}".encode() for i in range(plan.keys)]
+    records = sequenced(keys, plan.per_key, seed=plan.seed)
+    members = Members(plan, bootstrap, zookeeper, group, topic, workdir)
+    faults = fault_schedule(plan)
+    rng = random.Random(plan.seed + 1)
+    tail = JournalTail(members.journal)
+    t0 = time.monotonic_ns()
+    clock_offset_ns = time.time_ns() - t0  # log times (wall clock) -> journal times
+    result = ChaosResult(plan, faults, t0, logs=workdir)
+    started = time.monotonic()
+    snapshots: CommitWatch | None = None
+    try:
+        for i in range(plan.members):
+            members.start(f"M{i}")
+        producer = PacedProducer(bootstrap, topic, records, plan.fault_seconds)
+        producer.start()
+        # Offsets live in Kafka in the partition modes (in ZooKeeper in key_shared/exclusive):
+        # there a kill's duplicates are judged against what the victim had committed.
+        if plan.mode in ("partition", "partition_leases"):
+            snapshots = CommitWatch(bootstrap, group, topic, plan.partitions)
+            result.group_states = GroupStates(bootstrap, group, workdir / "group-states")
+        not_before = started
+        for fault in faults:
+            # Faults do not pile up: one starts at least FAULT_GAP_S after the previous one
+            # recovered, so that each one's convergence is its own.
+            delay = max(started + fault.at, not_before + FAULT_GAP_S) - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)  # pacing the schedule, not waiting for an event
+            _inject(fault, plan, cluster, members, tail, rng, snapshots)
+            not_before = time.monotonic()
+            progress(f"  {fault.describe(t0)}; {tail.poll()} records finished so far")
+        producer.join(plan.fault_seconds + 240)
+        assert not producer.is_alive(), "the producer never finished"
+        if producer.failure is not None:
+            raise producer.failure
+        assert not producer.errors, f"production failed: {producer.errors[:3]}"
+        result.produced = producer.delivered
+        assert result.produced == len(records), f"{result.produced} of {len(records)} delivered"
+        _await_commits(plan, bootstrap, group, topic, tail, progress, members)
+        result.exit_codes = members.stop_all()
+        result.elapsed_s = time.monotonic() - started
+        dead = read_dlq(bootstrap, dlq, plan.partitions)
+        verify = run_verify(bootstrap, group, topic)
+    finally:
+        members.close()
+        if snapshots is not None:
+            snapshots.close()
+        if result.group_states is not None:
+            result.group_states.close()
+    result.verify_exit = verify.get("exit")  # type: ignore[assignment]
+    result.verify_problems = [str(p.get("detail")) for p in verify.get("problems", [])]  # type: ignore[attr-defined, union-attr]
+    result.verify_dead_letters = sum(verify.get("dead_letters", {}).values())  # type: ignore[attr-defined, union-attr]
+    expected = dict.fromkeys(keys, plan.per_key)
+    fences = fences_from_logs(members, clock_offset_ns)
+    for fault in faults:
+        if fault.kind == "member_stall" and fault.expired:
+            fault.t_noticed = _log_time(members, fault.target, EXPIRED_LOG, clock_offset_ns)
+    analyse(read_journal(members.journal), plan, expected, members.killed, dead, result, fences)
+    delete_topics(AdminClient({"bootstrap.servers": bootstrap}), [topic, dlq])
+    return result
+
+
+def _inject(
+    fault: Fault,
+    plan: ChaosPlan,
+    cluster: LocalCluster,
+    members: Members,
+    tail: JournalTail,
+    rng: random.Random,
+    watch: CommitWatch | None,
+) -> None:
+    if fault.kind == "member_kill":
+        name = _victim(plan, members, tail, rng)
+        fault.target = name
+        fault.pid, fault.t_fault = members.kill(name)
+        if watch is not None:
+            fault.committed = watch.snapshot()
+        members.start(members.slot_of(name))
+        fault.t_recovered = time.monotonic_ns()
+    elif fault.kind == "member_stall":
+        name = _busy_member(members, tail)
+        proc = members.procs[name]
+        fault.target, fault.pid = name, proc.pid
+        os.kill(proc.pid, signal.SIGSTOP)
+        # The stall starts when the kernel has stopped every thread, not when the signal was
+        # sent: a handler thread may still journal a start in between, and a call started
+        # before this instant is frozen with the process.
+        _await_stopped(proc.pid)
+        fault.t_fault = time.monotonic_ns()
+        time.sleep(plan.stall_seconds)  # the stall itself: longer than the session timeout
+        os.kill(proc.pid, signal.SIGCONT)
+        fault.t_recovered = time.monotonic_ns()
+        fault.expired = _await_log(members, name, EXPIRED_LOG, 30.0)
+        if not fault.expired:
+            fault.note = "session NOT expired: stalled calls are not excused"
+    elif fault.kind == "broker_restart":
+        fault.t_fault = time.monotonic_ns()
+        cluster.stop_kafka(kill=True)
+        cluster.start_kafka()
+        fault.t_recovered = time.monotonic_ns()
+    elif fault.kind == "zookeeper_restart":
+        fault.t_fault = time.monotonic_ns()
+        cluster.stop_zookeeper(kill=True)
+        cluster.start_zookeeper()
+        fault.t_recovered = time.monotonic_ns()
+    else:
+        raise ValueError(fault.kind)
+
+
+def _victim(
+    plan: ChaosPlan,
+    members: Members,
+    tail: JournalTail,
+    rng: random.Random,
+) -> str:
+    """A random member; in exclusive mode the active one every other time, since killing a
+    standby only tests the standby."""
+    if plan.mode == "exclusive" and rng.random() < 0.5:
+        return _busy_member(members, tail)
+    return rng.choice(sorted(members.procs))
+
+
+def _busy_member(members: Members, tail: JournalTail, timeout: float = 30.0) -> str:
+    """A live member that is running handlers (the last to journal), so that a stall catches
+    calls mid-way; in exclusive mode that is the active member."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        tail.poll()
+        name = members.names_by_pid.get(tail.last_pid)
+        if name in members.procs:
+            return name
+        time.sleep(0.1)
+    raise AssertionError(f"no live member journaled anything for {timeout}s")
+
+
+def _await_stopped(pid: int, timeout: float = 10.0) -> None:
+    """Until every thread of ``pid`` is in the stopped state (``T`` in /proc)."""
+    deadline = time.monotonic() + timeout
+    tasks = Path(f"/proc/{pid}/task")
+    while time.monotonic() < deadline:
+        states = []
+        for task in tasks.iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue  # a thread that exited meanwhile
+            states.append(stat.rsplit(")", 1)[1].split()[0])
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"pid {pid} did not stop within {timeout}s of SIGSTOP")
+
+
+def _await_log(members: Members, name: str, text: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in members.log(name):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _await_commits(
+    plan: ChaosPlan,
+    bootstrap: str,
+    group: str,
+    topic: str,
+    tail: JournalTail,
+    progress: Callable[[str], None],
+    members: Members,
+) -> None:
+    """Wait (bounded) until the group committed every partition to its end."""
+    watch = CommitWatch(bootstrap, group, topic, plan.partitions)
+    deadline = time.monotonic() + plan.settle_seconds
+    last_note = 0.0
+    try:
+        while not watch.at_end():
+            now = time.monotonic()
+            if now > deadline:
+                logs = {n: members.log(n)[-2000:] for n in members.procs}
+                raise AssertionError(
+                    f"the group never committed to the end within {plan.settle_seconds}s: "
+                    f"committed {watch.last}, ends {watch.ends}, {tail.poll()} records "
+                    f"finished; member logs: {logs}"
+                )
+            if now - last_note > 10:
+                progress(f"  settling: {tail.poll()} finished, committed {watch.last}")
+                last_note = now
+            time.sleep(0.5)
+    finally:
+        watch.close()

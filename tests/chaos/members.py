@@ -1,0 +1,174 @@
+"""The processes of a chaos run: the ``keyshared run`` members and the paced producer."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from tests.chaos.plan import KAFKA_SESSION_MS, QUIET, ChaosPlan
+from tests.kafka.support.journal import (
+    kill_all,
+    start_consumer,
+)
+
+# -- members -----------------------------------------------------------------------------------
+
+
+class Members:
+    """The member processes of a run, restartable under fresh names (``M1``, ``M1.2``, ...).
+
+    A replacement gets a new name: a member id stays registered in ZooKeeper until the killed
+    process's session expires, and a supervisor that restarts a pod gives it a new identity too.
+    """
+
+    def __init__(
+        self,
+        plan: ChaosPlan,
+        bootstrap: str,
+        zookeeper: str,
+        group: str,
+        topic: str,
+        workdir: Path,
+    ) -> None:
+        self.plan, self.bootstrap, self.zookeeper = plan, bootstrap, zookeeper
+        self.group, self.topic, self.workdir = group, topic, workdir
+        self.journal = workdir / "journal"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.names_by_pid: dict[int, str] = {}
+        self.killed: dict[int, int] = {}  # pid -> t of its SIGKILL
+        self._generation: dict[str, int] = defaultdict(int)
+
+    def args(self, name: str) -> list[str]:
+        plan = self.plan
+        args = [
+            "--commit-interval", str(plan.commit_interval),
+            "--max-attempts", str(plan.max_attempts),
+            "--poison", "block" if plan.mode == "exclusive" else "dead_letter",
+            "-X", f"client.id={name}",
+            "-X", f"session.timeout.ms={KAFKA_SESSION_MS}",
+            "-X", "heartbeat.interval.ms=1000",
+        ]  # fmt: skip
+        if plan.mode == "partition":
+            args += ["--mode", "partition", "--no-partition-leases"]
+        elif plan.mode == "partition_leases":
+            args += ["--mode", "partition", "--partition-leases"]
+        else:
+            args += ["--mode", plan.mode]
+        if plan.uses_zookeeper:
+            args += ["--zookeeper", self.zookeeper, "--session-timeout", str(plan.session_timeout)]
+        return args
+
+    def start(self, slot: str) -> str:
+        self._generation[slot] += 1
+        generation = self._generation[slot]
+        name = slot if generation == 1 else f"{slot}.{generation}"
+        env = {
+            "KS_FAIL_ONCE_RATE": str(self.plan.fail_once_rate),
+            "KS_FAIL_ALWAYS_RATE": str(self.plan.fail_always_rate),
+            "KS_SLOW_KEYS": f"{self.plan.slow_keys[0]},{self.plan.slow_keys[1]}",
+        }
+        proc = start_consumer(
+            self.bootstrap, self.group, self.topic, self.journal, workers=self.plan.workers,
+            sleep_ms=self.plan.sleep_ms, env=env, args=self.args(name),
+            log=self.workdir / f"{name}.log",
+        )  # fmt: skip
+        self.procs[name] = proc
+        self.names_by_pid[proc.pid] = name
+        return name
+
+    @staticmethod
+    def slot_of(name: str) -> str:
+        return name.split(".")[0]
+
+    def kill(self, name: str) -> tuple[int, int]:
+        """SIGKILL ``name``; return its pid and the time of the signal."""
+        proc = self.procs.pop(name)
+        t = time.monotonic_ns()
+        proc.kill()
+        proc.wait(10)
+        self.killed[proc.pid] = t
+        return proc.pid, t
+
+    def log(self, name: str) -> str:
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop_all(self, timeout: float = 60.0) -> dict[str, int]:
+        """SIGTERM every member, then wait: each drains and commits. Name -> exit code."""
+        for proc in self.procs.values():
+            proc.send_signal(signal.SIGTERM)
+        codes = {}
+        for name, proc in self.procs.items():
+            try:
+                codes[name] = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                codes[name] = -999
+        kill_all(self.procs.values())
+        self.procs.clear()
+        return codes
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # a stalled one must be able to die
+        kill_all(self.procs.values())
+
+
+# -- production --------------------------------------------------------------------------------
+
+
+class PacedProducer(threading.Thread):
+    """Produces ``records`` at an even pace over ``seconds`` (idempotent: retries through a
+    broker restart never reorder a partition)."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, records: list[tuple[bytes | None, int]], seconds: float
+    ) -> None:
+        super().__init__(name="chaos-producer", daemon=True)
+        self.bootstrap, self.topic, self.records, self.seconds = bootstrap, topic, records, seconds
+        self.delivered = 0
+        self.errors: list[str] = []
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._produce()
+        except BaseException as exc:  # reported by the run, not lost in a thread
+            self.failure = exc
+
+    def _produce(self) -> None:
+        producer = Producer(
+            {"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
+             "log_level": QUIET}
+        )  # fmt: skip
+
+        def delivered(err: object, msg: object) -> None:
+            if err is None:
+                self.delivered += 1
+            else:
+                self.errors.append(str(err))
+
+        start = time.monotonic()
+        rate = len(self.records) / self.seconds
+        for i, (key, seq) in enumerate(self.records):
+            if i % 50 == 0:
+                ahead = start + i / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+                producer.poll(0)
+            while True:
+                try:
+                    producer.produce(self.topic, key=key, value=str(seq).encode(),
+                                     on_delivery=delivered)  # fmt: skip
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        left = producer.flush(180)
+        if left:
+            self.errors.append(f"{left} records still unacknowledged after 180 s")

@@ -1,0 +1,140 @@
+"""The plan of a chaos run: its sizes and rates, and the faults it injects when."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from tests.kafka.support.faults import fault_fraction
+
+MODES = ("partition", "partition_leases", "key_shared", "exclusive")
+KAFKA_SESSION_MS = 6000  # the broker's group.min.session.timeout.ms: a dead member leaves fast
+ZOMBIE_PID_BASE = -1  # incarnations after a fence get negative ids: no real pid collides
+FAULT_GAP_S = 2.0
+EXPIRED_LOG = "ZooKeeper session expired"
+QUIET = 2  # librdkafka log level of the harness's own clients: a broker restart is expected
+
+
+# -- the plan ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChaosPlan:
+    """What one run does. The defaults are the short run of CI.
+
+    :param mode: ``partition``, ``partition_leases`` (partition mode with ZooKeeper leases),
+        ``key_shared`` or ``exclusive``.
+    :param records: records produced, at an even pace over ``fault_seconds``.
+    :param kill_every: a member is SIGKILLed every ``uniform(*kill_every)`` seconds.
+    :param broker_restarts_at: when (shares of the fault phase) the broker is SIGKILLed and
+        started again.
+    :param stalls_at: when a member is SIGSTOPped past its session timeout, then SIGCONTed
+        (coordinator modes).
+    :param zookeeper_restarts_at: when ZooKeeper is SIGKILLed and started again (coordinator
+        modes).
+    :param fail_once_rate: share of records whose first attempt fails (a retry succeeds).
+    :param fail_always_rate: share of records that fail every attempt (dead-lettered); must be
+        0 in ``exclusive`` mode, where a poison record blocks its partition until released.
+    :param slow_keys: ``(share of keys, seconds per record)``.
+    :param settle_seconds: bound on the wait for the group to commit everything after the
+        fault phase.
+    """
+
+    mode: str
+    members: int = 3
+    partitions: int = 6
+    keys: int = 1000
+    records: int = 30_000
+    fault_seconds: float = 30.0
+    kill_every: tuple[float, float] = (4.0, 7.0)
+    broker_restarts_at: tuple[float, ...] = (0.45,)
+    stalls_at: tuple[float, ...] = (0.15,)
+    zookeeper_restarts_at: tuple[float, ...] = (0.75,)
+    session_timeout: float = 4.0
+    commit_interval: float = 0.2
+    workers: int = 8
+    sleep_ms: str = "0,2"
+    slow_keys: tuple[float, float] = (0.01, 0.2)
+    fail_once_rate: float = 0.003
+    fail_always_rate: float = 0.0005
+    max_attempts: int = 3
+    settle_seconds: float = 120.0
+    seed: int = 14
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.mode == "exclusive" and self.fail_always_rate:
+            raise ValueError("exclusive mode blocks on a poison record: fail_always_rate=0")
+        if self.records < self.keys:
+            raise ValueError("records must be at least keys (one per key)")
+
+    @property
+    def uses_zookeeper(self) -> bool:
+        return self.mode != "partition"
+
+    @property
+    def per_key(self) -> int:
+        return self.records // self.keys
+
+    @property
+    def stall_seconds(self) -> float:
+        """Long enough for the ZooKeeper session (and, with leases, the Kafka group session)
+        to expire, plus a margin for a loaded machine."""
+        longest = self.session_timeout
+        if self.mode == "partition_leases":
+            longest = max(longest, KAFKA_SESSION_MS / 1000)
+        return longest + 3.0
+
+    def poison(self, key: bytes | None, seq: int) -> bool:
+        return fault_fraction(key, seq) < self.fail_always_rate
+
+
+@dataclass
+class Fault:
+    """One injected fault. Times are CLOCK_MONOTONIC ns, like the journals."""
+
+    kind: str  # member_kill, member_stall, broker_restart, zookeeper_restart
+    at: float  # planned, seconds into the fault phase
+    target: str = ""  # member name for member faults
+    pid: int = 0
+    t_fault: int = 0  # SIGKILL / SIGSTOP sent, server killed
+    t_recovered: int = 0  # replacement started, SIGCONT sent, server answering again
+    expired: bool = False  # member_stall: the member's log confirms its session expired
+    t_noticed: int = 0  # member_stall: when the member logged that its session had expired
+    in_flight: int = 0  # calls of the victim open at t_fault
+    at_risk: int = 0  # ... plus calls it started within the commit window before t_fault
+    resumed_s: float | None = None  # fault -> first affected key finished again
+    converged_s: float | None = None  # fault -> every affected key finished again
+    affected_keys: int = 0
+    note: str = ""
+    # member_kill in the Kafka-committing modes: the group's commits right after the SIGKILL,
+    # partition -> (committed offset, finished offsets above it from the commit metadata)
+    committed: dict[int, tuple[int, frozenset[int]]] | None = None
+    redone_uncommitted: int = 0  # duplicates of the victim's records not committed at the kill
+
+    def describe(self, t0: int) -> str:
+        at = (self.t_fault - t0) / 1e9
+        what = f"{self.kind:<17} t={at:6.1f}s"
+        if self.target:
+            what += f" {self.target} (pid {self.pid})"
+        if self.t_recovered:
+            what += f", back after {(self.t_recovered - self.t_fault) / 1e9:.1f}s"
+        return what + (f" [{self.note}]" if self.note else "")
+
+
+def fault_schedule(plan: ChaosPlan) -> list[Fault]:
+    """The faults of a run in the order they happen (planned times; random but seeded)."""
+    rng = random.Random(plan.seed)
+    faults: list[Fault] = []
+    faults += [Fault("broker_restart", at * plan.fault_seconds) for at in plan.broker_restarts_at]
+    if plan.uses_zookeeper:
+        faults += [Fault("member_stall", at * plan.fault_seconds) for at in plan.stalls_at]
+        faults += [
+            Fault("zookeeper_restart", at * plan.fault_seconds) for at in plan.zookeeper_restarts_at
+        ]
+    at = rng.uniform(*plan.kill_every) / 2
+    while at < plan.fault_seconds - 1.0:
+        faults.append(Fault("member_kill", at))
+        at += rng.uniform(*plan.kill_every)
+    return sorted(faults, key=lambda f: f.at)
