@@ -17,6 +17,7 @@ import io.confluent.parallelconsumer.ParallelConsumerOptions;
 import io.confluent.parallelconsumer.ParallelConsumerOptions.CommitMode;
 import io.confluent.parallelconsumer.ParallelConsumerOptions.ProcessingOrder;
 import io.confluent.parallelconsumer.ParallelStreamProcessor;
+import io.confluent.parallelconsumer.internal.AbstractParallelEoSStreamProcessor;
 import java.time.Duration;
 import java.util.List;
 import java.util.Properties;
@@ -30,6 +31,14 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 public final class KeysharedPcHarness {
 
     private KeysharedPcHarness() {
+    }
+
+    /** PC's crash cause: on its base class only, not on the ParallelStreamProcessor interface. */
+    private static Object failureCause(ParallelStreamProcessor<byte[], byte[]> processor) {
+        if (processor instanceof AbstractParallelEoSStreamProcessor<?, ?> base) {
+            return base.getFailureCause();
+        }
+        return "unknown";
     }
 
     public static void main(String[] args) throws Exception {
@@ -90,7 +99,18 @@ public final class KeysharedPcHarness {
             }
         });
 
-        boolean finished = done.await(timeoutSeconds, TimeUnit.SECONDS);
+        // Wait in one-second steps so a PC that crashed (broker gone, bad config) fails the run
+        // now, with its cause, instead of after the whole timeout.
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(timeoutSeconds);
+        boolean finished = false;
+        while (!finished && System.nanoTime() < deadline) {
+            finished = done.await(1, TimeUnit.SECONDS);
+            if (!finished && processor.isClosedOrFailed()) {
+                System.err.println("parallel-consumer failed after " + count.get() + " of "
+                        + records + " records: " + failureCause(processor));
+                System.exit(1);
+            }
+        }
         processor.closeDontDrainFirst(Duration.ofSeconds(10));
         if (!finished) {
             System.err.println("parallel-consumer: only " + count.get() + " of " + records
