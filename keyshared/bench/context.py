@@ -31,6 +31,10 @@ class BenchContext:
     :param workers: override of keyshared's worker count, if given.
     :param quix_python: interpreter that has quixstreams installed (None: this one).
     :param zookeeper: ZooKeeper hosts, for the coordinator's scenarios.
+    :param parallel_consumer: race Confluent Parallel Consumer when its jars are cached.
+    :param pyrallel: race pyrallel-consumer when ``pyrallel_python`` can import it.
+    :param pyrallel_python: interpreter with pyrallel-consumer (None: the venv that
+        ``keyshared bench --install-peers`` makes in the peers cache).
     """
 
     bootstrap: str
@@ -40,6 +44,9 @@ class BenchContext:
     workers: int | None = None
     quix_python: str | None = None
     zookeeper: str | None = None  # for the coordinator's scenarios (scaleout)
+    parallel_consumer: bool = True
+    pyrallel: bool = True
+    pyrallel_python: str | None = None
     console: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
     _topics: list[str] = field(default_factory=list)
     _admin: AdminClient | None = None

@@ -38,7 +38,30 @@ __all__ = ["bench"]
     "--quix-python",
     type=click.Path(dir_okay=False),
     help="Python interpreter with quixstreams installed (its confluent-kafka pin conflicts "
-    "with keyshared's, so it may live in another venv) [default: this one].",
+    "with keyshared's, so it may live in another venv) [default: the venv of "
+    "--install-peers if present, else this one].",
+)
+@click.option(
+    "--pyrallel-python",
+    type=click.Path(dir_okay=False),
+    help="Python interpreter with pyrallel-consumer installed [default: the venv of "
+    "--install-peers].",
+)
+@click.option(
+    "--parallel-consumer/--no-parallel-consumer",
+    default=True,
+    help="Race Confluent Parallel Consumer (Java) in io and noop, when installed.",
+)
+@click.option(
+    "--pyrallel/--no-pyrallel",
+    default=True,
+    help="Race pyrallel-consumer (async and process modes) in io and noop, when installed.",
+)
+@click.option(
+    "--install-peers",
+    is_flag=True,
+    help="Install the peer libraries (Parallel Consumer jars + harness, pyrallel-consumer and "
+    "quixstreams venvs) into the cache, then exit. Needs mvn, a JDK 17 and PyPI, once.",
 )
 @click.option(
     "--zookeeper",
@@ -55,6 +78,10 @@ def bench(
     workers: int | None,
     out: Path,
     quix_python: str | None,
+    pyrallel_python: str | None,
+    parallel_consumer: bool,
+    pyrallel: bool,
+    install_peers: bool,
     zookeeper: str | None,
     list_only: bool,
 ) -> None:
@@ -65,9 +92,13 @@ def bench(
     keyshared bench --list          what each scenario measures
     keyshared bench io              one scenario, full size
     keyshared bench --quick         every scenario, smoke size
+    keyshared bench --install-peers the peers io and noop race keyshared against
     """
     registry = load_scenarios()
     console = Console(highlight=False)
+    if install_peers:
+        _install_peers(console)
+        return
     if list_only:
         for scenario in registry.values():
             console.print(f"[bold]{scenario.name:<10}[/] {scenario.summary}")
@@ -90,8 +121,11 @@ def bench(
         records,
         handler_ms,
         workers,
-        quix_python,
+        quix_python or _cached_quix_python(),
         where.zookeeper,
+        parallel_consumer,
+        pyrallel,
+        pyrallel_python,
         console=err,
     )
     out.mkdir(parents=True, exist_ok=True)
@@ -112,6 +146,27 @@ def bench(
     err.print(f"Results: {out / 'results.json'} and {len(results)} chart(s) in {out}/")
 
 
+def _install_peers(console: Console) -> None:
+    """Install every peer, one line per peer; exit 1 when any of them failed."""
+    from keyshared.bench.peers import install_peers
+
+    err = Console(stderr=True, highlight=False)
+    outcomes = install_peers(progress=lambda text: err.print(f"  [dim]{text}[/]"))
+    for outcome in outcomes:
+        mark = "[green]✓[/]" if outcome.ok else "[red]✗[/]"
+        console.print(f"{mark} {outcome.peer}: {outcome.detail}", soft_wrap=True)
+    if not all(outcome.ok for outcome in outcomes):
+        raise SystemExit(1)
+
+
+def _cached_quix_python() -> str | None:
+    """The quixstreams venv of ``--install-peers`` when it exists (else this interpreter)."""
+    from keyshared.bench.peers.install import default_quix_python
+
+    python = default_quix_python()
+    return str(python) if python.exists() else None
+
+
 def _run_params(ctx: BenchContext, chosen: list[str]) -> dict[str, object]:
     return {
         "scenarios": chosen,
@@ -120,4 +175,6 @@ def _run_params(ctx: BenchContext, chosen: list[str]) -> dict[str, object]:
         "handler_ms": ctx.handler_ms,
         "workers": ctx.workers,
         "bootstrap": ctx.bootstrap,
+        "parallel_consumer": ctx.parallel_consumer,
+        "pyrallel": ctx.pyrallel,
     }

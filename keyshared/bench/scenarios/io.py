@@ -4,7 +4,8 @@ One partition, 10k keys, a 5 ms handler (a database or HTTP call). A consumer gr
 one partition means one member at a time. keyshared runs ``W`` keys at once, so its ceiling is
 W/L (64 / 5 ms = 12,800 records/s). Measured in the same run, on the same topic: keyshared, a
 plain serial consumer, a naive thread pool (as parallel, but unordered and with unsafe commits)
-and, when installed, quixstreams.
+and, when installed, the peers: quixstreams, Confluent Parallel Consumer and pyrallel-consumer,
+the last two with per-key order and keyshared's worker count as their concurrency.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from keyshared.bench import bounds
 from keyshared.bench.contenders import run_keyshared, run_serial, run_thread_pool
 from keyshared.bench.context import BenchContext
+from keyshared.bench.peers import add_peers
 from keyshared.bench.quix import quix_available, run_quixstreams
 from keyshared.bench.registry import register
 from keyshared.bench.result import Measurement, ScenarioResult
@@ -95,6 +97,15 @@ def run_io(ctx: BenchContext) -> ScenarioResult:
         )
         result.ratio("keyshared_vs_quixstreams", ks.figure, quix.figure)
         result.ratio("quixstreams_vs_serial", quix.figure, serial.figure)
+    add_peers(
+        ctx,
+        result,
+        topic=topic,
+        records=records,
+        handler_s=handler_s,
+        concurrency=workers,
+        keyshared_figure=ks.figure,
+    )
     result.notes.append(
         f"ring balance {balance:.2f}: the ring gives the busiest of {workers} workers "
         f"{1 / balance:.2f}x the mean; threads that run out of work steal queued records, so "

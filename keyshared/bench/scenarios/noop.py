@@ -9,12 +9,17 @@ Both contenders run several times and the best run of each is compared. The raw 
 topic in about a tenth of a second, so a single fetch stall of librdkafka (a ``consume`` call
 that waits out its 0.2 s timeout for a full batch) divides its rate by ten; one run alone would
 make the ratio a coin toss between the two regimes.
+
+When installed, the peers (Confluent Parallel Consumer, pyrallel-consumer) run once each on the
+same topic with a no-op handler and keyshared's worker count as their concurrency: what per-key
+ordering costs in each library when the handler costs nothing.
 """
 
 from __future__ import annotations
 
 from keyshared.bench.contenders import run_keyshared, run_raw
 from keyshared.bench.context import BenchContext
+from keyshared.bench.peers import add_peers
 from keyshared.bench.registry import register
 from keyshared.bench.result import Measurement, ScenarioResult
 from keyshared.bench.workload import produce, uniform_keys
@@ -55,6 +60,15 @@ def run_noop(ctx: BenchContext) -> ScenarioResult:
     raw = result.add(_best(raws))
     ks = result.add(_best(kss))
     result.ratio("keyshared_vs_raw", ks.figure, raw.figure)
+    add_peers(
+        ctx,
+        result,
+        topic=topic,
+        records=records,
+        handler_s=0.0,
+        concurrency=workers,
+        keyshared_figure=ks.figure,
+    )
     result.notes.append(
         f"best of {len(raws)} raw runs ({_rates(raws)} records/s) and of {len(kss)} keyshared "
         f"runs ({_rates(kss)} records/s)"

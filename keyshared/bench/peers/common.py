@@ -1,0 +1,90 @@
+"""What every peer shares: where its installs live, and how one run's output is read.
+
+Each peer runs in its own process (a JVM, or another venv's interpreter) and prints one JSON
+line, ``{"records": N, "seconds": S}``, timed like keyshared's own ``Tally``. Reading that line
+is the one piece of logic the peers share, so it lives here, pure and unit-tested.
+
+Why a cache outside the repository (``$KEYSHARED_PEERS_CACHE``, else
+``$XDG_CACHE_HOME/keyshared/peers``, else ``~/.cache/keyshared/peers``): the peers' venvs and
+compiled classes are per machine, hundreds of MB in all, and every worktree shares them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "INSTALL_HINT",
+    "PEERS_CACHE_ENV",
+    "PeerRunError",
+    "PeerTiming",
+    "default_peers_cache",
+    "parse_timing",
+    "run_timed",
+    "venv_python",
+]
+
+PEERS_CACHE_ENV = "KEYSHARED_PEERS_CACHE"
+INSTALL_HINT = "keyshared bench --install-peers"
+
+
+class PeerRunError(RuntimeError):
+    """A peer's run failed or printed no result; the message names the peer and its stderr."""
+
+
+@dataclass(frozen=True)
+class PeerTiming:
+    """One peer run: ``records`` handled in ``seconds`` (first start to last finish)."""
+
+    records: int
+    seconds: float
+
+
+def default_peers_cache() -> Path:
+    """The folder holding the peers' venvs and compiled harness (see the module docstring)."""
+    override = os.environ.get(PEERS_CACHE_ENV)
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "keyshared" / "peers"
+
+
+def venv_python(venv: Path) -> Path:
+    """The interpreter of a POSIX venv."""
+    return venv / "bin" / "python"
+
+
+def parse_timing(peer: str, returncode: int, stdout: str, stderr: str) -> PeerTiming:
+    """Read the last JSON line a peer printed; any failure names the peer and quotes stderr.
+
+    :raises PeerRunError: non-zero exit, no JSON line, or a line without sane numbers.
+    """
+    tail = stderr.strip()[-2000:]
+    lines = [line for line in stdout.splitlines() if line.lstrip().startswith("{")]
+    if returncode != 0 or not lines:
+        raise PeerRunError(f"{peer} run failed (exit {returncode}): {tail or 'no output'}")
+    try:
+        data = json.loads(lines[-1])
+        records, seconds = int(data["records"]), float(data["seconds"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PeerRunError(f"{peer} printed an unreadable result {lines[-1]!r}: {exc}") from exc
+    if records <= 0 or seconds <= 0:
+        raise PeerRunError(f"{peer} printed an impossible result {lines[-1]!r}")
+    return PeerTiming(records, seconds)
+
+
+def run_timed(peer: str, command: list[str], timeout: float) -> PeerTiming:
+    """Run a peer's command to the end and read its result (the peer's own timeout is shorter;
+    ``timeout`` here only guards against a hung process)."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise PeerRunError(f"{peer} did not exit within {timeout:.0f} s") from exc
+    except OSError as exc:
+        raise PeerRunError(f"{peer} could not start {command[0]}: {exc}") from exc
+    return parse_timing(peer, done.returncode, done.stdout, done.stderr)
