@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 need_apt=()
-command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)  # javac: the Parallel Consumer bench harness
 command -v mvn >/dev/null || need_apt+=(maven)
 command -v prometheus >/dev/null || need_apt+=(prometheus)
 if ((${#need_apt[@]})); then

@@ -32,7 +32,9 @@ __all__ = [
     "classpath",
     "default_jar_cache",
     "fetch_jars",
+    "fetch_pom",
     "fetch_spark_jars",
+    "is_fetched",
     "jars_dir_for_pom",
     "pinned_versions",
     "pom_bytes",
@@ -130,6 +132,16 @@ def fetch_spark_jars(
         spark_jars_dir(spark_version, scala_version, cache_root),
         {"spark.version": spark_version, "scala.binary.version": scala_version},
     )
+
+
+def is_fetched(target: Path) -> bool:
+    """Whether a fetch into ``target`` completed (the folder is only renamed into place then)."""
+    return (target / _COMPLETE_MARKER).is_file()
+
+
+def fetch_pom(pom: bytes, target: Path, properties: dict[str, str] | None = None) -> Path:
+    """The runtime jars of any ``pom`` (e.g. a bench peer's), copied into ``target`` once."""
+    return _fetch(pom, target, properties or {})
 
 
 def _fetch(pom: bytes, target: Path, properties: dict[str, str]) -> Path:

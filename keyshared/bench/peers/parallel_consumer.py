@@ -30,7 +30,7 @@ from keyshared.bench.peers.common import (
     run_timed,
 )
 from keyshared.dev.errors import DevClusterError
-from keyshared.dev.jars import _COMPLETE_MARKER, _fetch, classpath, default_jar_cache
+from keyshared.dev.jars import classpath, default_jar_cache, fetch_pom, is_fetched
 from keyshared.dev.tools import find_java
 
 __all__ = [
@@ -70,7 +70,7 @@ class PcInstall:
 
     @property
     def jars_ready(self) -> bool:
-        return (self.jars / _COMPLETE_MARKER).is_file()
+        return is_fetched(self.jars)
 
     @property
     def harness_ready(self) -> bool:
@@ -122,7 +122,7 @@ def install_parallel_consumer(install: PcInstall | None = None) -> PcInstall:
     :raises PeerRunError: ``javac`` is missing or the harness did not compile.
     """
     install = install or PcInstall()
-    _fetch(_pom_bytes(), install.jars, {})
+    fetch_pom(_pom_bytes(), install.jars)
     find_java()
     _compile_harness(install)
     return install
