@@ -36,7 +36,17 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {}
 
 # The modules that register the built-in scenarios, in the order a full run executes them.
-_BUILTIN = ("noop", "io", "zipf", "memory", "rebalance", "scaleout", "replay")
+_BUILTIN = (
+    "noop",
+    "io",
+    "io_work",
+    "async_io",
+    "zipf",
+    "memory",
+    "rebalance",
+    "scaleout",
+    "replay",
+)
 
 
 def register(name: str, summary: str) -> Callable[[ScenarioFn], ScenarioFn]:

@@ -19,7 +19,7 @@ from keyshared.core.poison import DeserializationError, PoisonPolicy, Retry, dec
 from keyshared.core.redaction import REDACTION_INPUT_LIMIT, Redactor, shown_error, shown_key
 from keyshared.core.window import Entry
 from keyshared.kafka.partition import PartitionState, Phase
-from keyshared.kafka.settlement import SettlementBuffer, account
+from keyshared.kafka.settlement import LoopSettlement, SettlementBuffer, account
 from keyshared.record import Record
 from keyshared.settings import ConsumerOptions
 
@@ -60,6 +60,7 @@ class RecordExecutor:
         self._keystate = keystate
         self._rng = random.Random()
         self.settlements = SettlementBuffer(dispatcher.finish_many)
+        self.loop_settlements = LoopSettlement(dispatcher.finish_many)
 
     # -- entry points for the two kinds of worker -------------------------------------------
 
@@ -80,6 +81,7 @@ class RecordExecutor:
         self.settlements.add(state, entry, time.perf_counter() - started)
 
     async def run_async(self, work: Work) -> None:
+        """Run one record on the event loop; its success is settled with the loop's burst."""
         state, entry = work
         record = self.prepare(state, entry)
         if record is None:
@@ -91,7 +93,7 @@ class RecordExecutor:
         except BaseException as exc:
             self.failed(state, entry, exc)
             return
-        self.succeeded(state, entry, time.perf_counter() - started)
+        self.loop_settlements.add(state, entry, time.perf_counter() - started)
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -140,7 +142,7 @@ class RecordExecutor:
         )
 
     def succeeded(self, state: PartitionState, entry: Entry[Any], elapsed: float) -> None:
-        """A success settled at once (asyncio and pull style: no per-thread buffer)."""
+        """A success settled at once (pull style: no per-thread buffer)."""
         try:
             account([(state, entry, elapsed)])
         finally:

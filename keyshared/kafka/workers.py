@@ -173,6 +173,12 @@ class AsyncRunner:
 
     Per-key order does not depend on the loop: the window releases a key's next record only
     after the previous one finished, whichever coroutine ran it.
+
+    Lean on purpose, because at a thousand coroutines the loop's own bookkeeping is the cost:
+    ``submit`` only appends to an inbox and wakes the loop once per batch (not once per list,
+    let alone per record), a submit made on the loop itself (a success releasing its key's next
+    record) needs no wake-up at all, and records beyond ``concurrency`` wait in a plain deque
+    instead of as tasks parked on a semaphore.
     """
 
     def __init__(
@@ -186,8 +192,10 @@ class AsyncRunner:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._concurrency = concurrency
-        self._semaphore: asyncio.Semaphore | None = None
-        self._waiting = 0  # touched only on the loop thread
+        self._inbox: deque[Any] = deque()  # submitted, not yet seen by the loop (any thread)
+        self._wake_scheduled = False  # a _take_inbox is on its way: no need to wake the loop
+        self._waiting: deque[Any] = deque()  # taken, waiting for a free slot (loop thread)
+        self._running = 0  # loop thread only
         self._tasks: set[asyncio.Task[None]] = set()
         self._thread.start()
         self._ready.wait()
@@ -207,35 +215,51 @@ class AsyncRunner:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._semaphore = asyncio.Semaphore(self._concurrency)
         self._loop.call_soon(self._ready.set)
         self._loop.run_forever()
 
     def submit(self, worker: int, works: list[Any]) -> None:
-        self._loop.call_soon_threadsafe(self._spawn, works)
+        self._inbox.extend(works)
+        if self._wake_scheduled:
+            return  # the scheduled _take_inbox has not cleared the flag yet: it will see these
+        self._wake_scheduled = True
+        if threading.get_ident() == self._thread.ident:
+            self._loop.call_soon(self._take_inbox)
+        else:
+            self._loop.call_soon_threadsafe(self._take_inbox)
 
     def depth(self, worker: int) -> int:
-        """Coroutines waiting for a concurrency slot (all reported on worker 0)."""
-        return self._waiting if worker == 0 else 0
+        """Records waiting for a concurrency slot (all reported on worker 0)."""
+        return len(self._waiting) + len(self._inbox) if worker == 0 else 0
 
-    def _spawn(self, works: list[Any]) -> None:
-        self._waiting += len(works)
-        for work in works:
+    def _take_inbox(self) -> None:
+        # Cleared before taking, so a submit racing with this either lands before the pops
+        # below or schedules another _take_inbox: nothing is left behind unseen.
+        self._wake_scheduled = False
+        inbox, waiting = self._inbox, self._waiting
+        while inbox:
+            waiting.append(inbox.popleft())
+        self._fill()
+
+    def _fill(self) -> None:
+        waiting, tasks, create = self._waiting, self._tasks, self._loop.create_task
+        while waiting and self._running < self._concurrency:
+            self._running += 1
             # asyncio keeps only weak references to tasks: without this set a pending task
             # can be garbage-collected mid-await and its record would fail spuriously.
-            task = self._loop.create_task(self._bounded(work))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            tasks.add(create(self._one(waiting.popleft())))
 
-    async def _bounded(self, work: Any) -> None:
-        assert self._semaphore is not None
-        async with self._semaphore:
-            self._waiting -= 1
-            try:
-                assert self._run_one is not None, "bind() an executor before submitting"
-                await self._run_one(work)
-            except BaseException:
-                log.exception("keyshared async task failed unexpectedly")
+    async def _one(self, work: Any) -> None:
+        try:
+            assert self._run_one is not None, "bind() an executor before submitting"
+            await self._run_one(work)
+        except BaseException:
+            log.exception("keyshared async task failed unexpectedly")
+        finally:
+            self._running -= 1
+            self._tasks.discard(asyncio.current_task())
+            if self._waiting:
+                self._fill()
 
     def close(self, timeout: float = 5.0) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

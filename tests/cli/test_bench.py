@@ -19,6 +19,8 @@ from keyshared.bench import load_scenarios
 
 EXPECTED_RATIOS = {
     "io": {"keyshared_vs_bound", "keyshared_vs_serial", "keyshared_vs_thread_pool", "ring_balance"},
+    "io_work": {"keyshared_vs_bound", "keyshared_vs_thread_pool"},
+    "async_io": {"keyshared_vs_bound"},
     "noop": {"keyshared_vs_raw"},
     "zipf": {"keyshared_vs_hot_key_bound", "keyshared_vs_serial"},
     "memory": {"keyshared_vs_raw_bytes_per_entry"},

@@ -1,0 +1,157 @@
+"""AsyncRunner and LoopSettlement: one wake-up per batch, a concurrency bound, settling per burst.
+
+No broker: the runner runs a fake ``run_one`` and the settlement a recording ``finish_many``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from keyshared.core.window import Entry
+from keyshared.kafka.partition import PartitionState
+from keyshared.kafka.settlement import LoopSettlement
+from keyshared.kafka.workers import AsyncRunner
+from keyshared.metrics import ConsumerMetrics
+
+pytestmark = pytest.mark.unit
+
+
+class Probe:
+    """A ``run_one`` that records what ran and how many ran at once; blocks while ``gate``
+    is closed."""
+
+    def __init__(self) -> None:
+        self.ran: list[Any] = []
+        self.running = 0
+        self.most = 0
+        self.gate: asyncio.Event | None = None
+        self.done = threading.Event()
+        self.expected = 0
+
+    async def __call__(self, work: Any) -> None:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        if self.gate is None:
+            self.gate = asyncio.Event()
+        await self.gate.wait()
+        self.running -= 1
+        self.ran.append(work)
+        if len(self.ran) == self.expected:
+            self.done.set()
+
+
+def _wait_for(condition: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+def test_runs_every_record_and_never_more_than_concurrency_at_once() -> None:
+    probe = Probe()
+    probe.expected = 50
+    runner = AsyncRunner(4, probe)
+    try:
+        for start in range(0, 50, 10):  # from a foreign thread, as the poll thread does
+            runner.submit(start % 3, list(range(start, start + 10)))
+        _wait_for(lambda: probe.running == 4)
+        assert runner.depth(0) == 46 and runner.depth(1) == 0
+        assert probe.gate is not None
+        runner._loop.call_soon_threadsafe(probe.gate.set)
+        assert probe.done.wait(5)
+        assert sorted(probe.ran) == list(range(50))
+        assert probe.most == 4
+        assert runner.depth(0) == 0
+    finally:
+        runner.close()
+
+
+def test_submits_of_one_batch_wake_the_loop_once_and_submits_on_the_loop_need_no_wake_up() -> None:
+    probe = Probe()
+    probe.expected = 6
+    runner = AsyncRunner(10, probe)
+    wakes: list[str] = []
+    loop = runner._loop
+    threadsafe, soon = loop.call_soon_threadsafe, loop.call_soon
+
+    def counting_threadsafe(callback: Any, *args: Any) -> Any:
+        wakes.append("threadsafe")
+        return threadsafe(callback, *args)
+
+    def counting_soon(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(callback, "__name__", "") == "_take_inbox":
+            wakes.append("soon")
+        return soon(callback, *args, **kwargs)
+
+    try:
+        hold = threading.Event()
+        threadsafe(hold.wait)  # keep the loop busy while the batch is submitted
+        loop.call_soon_threadsafe = counting_threadsafe  # type: ignore[method-assign]
+        loop.call_soon = counting_soon  # type: ignore[method-assign]
+        runner.submit(0, [0, 1])
+        runner.submit(1, [2])
+        runner.submit(2, [3])
+        hold.set()
+        _wait_for(lambda: probe.running == 4)
+        assert wakes == ["threadsafe"], "one wake-up for the whole batch"
+        done = threading.Event()
+
+        def on_loop() -> None:  # a success releasing its key's next record, on the loop
+            runner.submit(3, [4, 5])
+            done.set()
+
+        threadsafe(on_loop)
+        assert done.wait(5)
+        _wait_for(lambda: probe.running == 6)
+        assert wakes == ["threadsafe", "soon"]
+        assert probe.gate is not None
+        threadsafe(probe.gate.set)
+        assert probe.done.wait(5)
+        assert sorted(probe.ran) == list(range(6))
+    finally:
+        runner.close()
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[list[int]] = []
+
+    def __call__(self, works: list[tuple[PartitionState, Entry[Any]]], **_: Any) -> bool:
+        self.calls.append([entry.offset for _, entry in works])
+        return True
+
+
+class _Msg:
+    def key(self) -> bytes:
+        return b"k"
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)
+
+
+def test_loop_settlement_settles_a_burst_with_one_finish_and_counts_each_success() -> None:
+    metrics = ConsumerMetrics(f"g-{uuid.uuid4().hex[:8]}", "m")
+    state = PartitionState("t", 0, metrics.partition("t", 0))
+    finish = Recorder()
+    settlement = LoopSettlement(finish)
+
+    async def burst() -> None:
+        async def one(offset: int) -> None:
+            await asyncio.sleep(0)
+            settlement.add(state, Entry(offset, b"k", 0, _Msg(), 0.0, True), 0.001)
+
+        await asyncio.gather(*(one(offset) for offset in range(5)))
+        await asyncio.sleep(0)  # the flush scheduled by the first success runs
+        assert finish.calls == [[0, 1, 2, 3, 4]]
+        settlement.add(state, Entry(5, b"k", 0, _Msg(), 0.0, True), 0.001)
+        await asyncio.sleep(0)
+
+    asyncio.run(burst())
+    assert finish.calls == [[0, 1, 2, 3, 4], [5]]
+    assert state.metrics.processed._value.get() == 6
