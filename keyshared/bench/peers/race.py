@@ -38,8 +38,13 @@ def add_peers(
     concurrency: int,
     keyshared_figure: float,
     timeout: float = 600.0,
+    parallel_consumer: bool = True,
+    pyrallel_modes: tuple[str, ...] = pyrallel.PYRALLEL_MODES,
 ) -> list[Measurement]:
     """Race every enabled, installed peer on ``topic``; return the measurements added.
+
+    ``parallel_consumer`` and ``pyrallel_modes`` narrow the field to the peers that make sense
+    for a scenario (an async handler races pyrallel's async mode, not 1,000 processes).
 
     :param records: records each peer handles (at most the topic's size).
     :param handler_s: the handler's sleep in seconds; 0 for a no-op handler.
@@ -49,7 +54,9 @@ def add_peers(
     added: list[Measurement] = []
     name = result.scenario
     handler = f"sleep {handler_s * 1000:g} ms" if handler_s > 0 else "no-op"
-    if not ctx.parallel_consumer:
+    if not parallel_consumer:
+        pass
+    elif not ctx.parallel_consumer:
         result.notes.append("Confluent Parallel Consumer: skipped (--no-parallel-consumer)")
     elif (install := pc.parallel_consumer_install()) is None:
         result.notes.append(pc.skip_note())
@@ -83,6 +90,8 @@ def add_peers(
                     commit_mode="PERIODIC_CONSUMER_ASYNCHRONOUS",
                 )
             )
+    if not pyrallel_modes:
+        return added
     if not ctx.pyrallel:
         result.notes.append("pyrallel-consumer: skipped (--no-pyrallel)")
         return added
@@ -90,7 +99,7 @@ def add_peers(
     if version is None:
         result.notes.append(pyrallel.skip_note(ctx.pyrallel_python))
         return added
-    for mode in pyrallel.PYRALLEL_MODES:
+    for mode in pyrallel_modes:
         ctx.say(f"{name}: pyrallel-consumer {version}, {mode} mode ({handler})")
         timing = _guarded(
             result,

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer
 
 from keyshared.bench.contenders import BenchError, Tally
 from keyshared.bench.context import BenchContext
+from keyshared.bench.peers import add_peers
 from keyshared.bench.registry import register
 from keyshared.bench.result import Measurement, ScenarioResult
 from keyshared.bench.workload import produce, uniform_keys
@@ -145,6 +146,19 @@ def run_async_io(ctx: BenchContext) -> ScenarioResult:
     result.ratio("keyshared_vs_bound", ks.figure, bound.figure)
     result.ratio("keyshared_vs_bare_asyncio", ks.figure, bare.figure)
     result.ratio("bare_asyncio_vs_bound", bare.figure, bound.figure)
+    # The peer with an async mode, at the same concurrency (a thread or process per in-flight
+    # record, as Parallel Consumer and pyrallel's process mode use, is not the comparison).
+    add_peers(
+        ctx,
+        result,
+        topic=topic,
+        records=records,
+        handler_s=handler_s,
+        concurrency=concurrency,
+        keyshared_figure=ks.figure,
+        parallel_consumer=False,
+        pyrallel_modes=("async",),
+    )
     result.notes.append(
         f"keyshared spends about {1e6 / ks.figure:.1f} us of event-loop and poll-thread time "
         f"per record, the bare loop {1e6 / bare.figure:.1f} us: at W/L a record may cost "
