@@ -185,7 +185,11 @@ class KeySharedConsumer:
         policies = {options.poison, *options.poison_by_topic.values()}
         if policies & set(_NEEDS_KEYSTATE):
             self._keystate = KeyStateStore(
-                self._config, self.group, self._on_remote_release, scheduler.call_later
+                self._config,
+                self.group,
+                self._on_remote_release,
+                scheduler.call_later,
+                redact=options.redact,
             )
             self._keystate.start()
         self._dispatcher = Dispatcher(

@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from keyshared.core.redaction import Redactor, shown_key
 from keyshared.kafka.client_config import client_properties
 from keyshared.kafka.dlq import MESSAGE_TIMEOUT_S, retry_delay
 from keyshared.kafka.keystate.errors import KeyStateError
@@ -68,8 +69,10 @@ class KeyStateStore:
         *,
         initial_backoff: float = 0.5,
         max_backoff: float = 10.0,
+        redact: Redactor | None = None,
     ) -> None:
         self.topic = topic_for(group)
+        self._redact = redact  # keys in log lines go through the user's hook, like everywhere
         self._client = client_properties(kafka_config)
         self._group = group
         self._call_later = call_later
@@ -186,7 +189,7 @@ class KeyStateStore:
         """
         record_key = encode_key(topic, partition, key)
         value = encode_state(KeyState("parked", offset, time.time()))
-        where = f"key {key!r:.80} of {topic}[{partition}] (offset {offset})"
+        where = f"key {shown_key(key, self._redact)} of {topic}[{partition}] (offset {offset})"
 
         def attempt(failures: int) -> None:
             if not self._closed.is_set() and still_wanted():
@@ -214,8 +217,9 @@ class KeyStateStore:
 
         def report(err: KafkaError | None, _msg: Any) -> None:
             if err is not None:
-                log.warning("could not record blocked key %r of %s[%d] in %r: %s",
-                            key, topic, partition, self.topic, err)  # fmt: skip
+                log.warning("could not record blocked key %s of %s[%d] in %r: %s",
+                            shown_key(key, self._redact), topic, partition, self.topic,
+                            err)  # fmt: skip
 
         self._produce(encode_key(topic, partition, key), value, report)
 
