@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from keyshared.dev import LocalCluster
-from tests.chaos.conftest import chaos_minutes
+from tests.chaos.conftest import chaos_minutes, chaos_rate
 from tests.chaos.harness import ChaosPlan, ChaosResult, run_chaos
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
@@ -38,11 +38,11 @@ SHORT: dict[str, ChaosPlan] = {
 }
 
 
-def long_plan(plan: ChaosPlan, minutes: float) -> ChaosPlan:
+def long_plan(plan: ChaosPlan, minutes: float, rate: float | None = None) -> ChaosPlan:
     """The same fault rates over ``minutes``; the records in proportion; a broker restart, a
     ZooKeeper restart and a stall every 5 minutes or so."""
     seconds = minutes * 60
-    rate = plan.records / plan.fault_seconds
+    rate = rate or plan.records / plan.fault_seconds
     every = max(1, round(minutes / 5))
 
     def spread(share: float) -> tuple[float, ...]:
@@ -69,7 +69,7 @@ def test_chaos(
     plan = SHORT[mode]
     minutes = chaos_minutes(request.config)
     if minutes is not None:
-        plan = long_plan(plan, minutes)
+        plan = long_plan(plan, minutes, chaos_rate(request.config))
     result = run_chaos(plan, local_cluster, tmp_path)
     report = result.report()
     print(report)
