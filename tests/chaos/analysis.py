@@ -3,14 +3,12 @@ merged journals, the faults, the fences and the DLQ read back."""
 
 from __future__ import annotations
 
-import bisect
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import replace
 
-from tests.chaos.members import Members
+from tests.chaos.accounting import account_duplicates, calls_of, measure_convergence
+from tests.chaos.fences import Fence
 from tests.chaos.observers import DeadLetter
 from tests.chaos.plan import ZOMBIE_PID_BASE, ChaosPlan, Fault
 from tests.chaos.result import ChaosResult
@@ -19,26 +17,6 @@ from tests.kafka.support.journal import (
     RecordId,
     check,
 )
-
-# -- the judgement -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Fence:
-    """A moment after which a process's results for some partitions are discarded and someone
-    else may run them: its session expired during a stall (every partition), or the Kafka group
-    took partitions from it (``lost``, e.g. when a broker outage outlasted
-    ``session.timeout.ms``). Calls open at ``t`` are zombies: they end at ``t``; after
-    ``t_resume`` the process runs those partitions as a new member."""
-
-    pid: int
-    t: int
-    t_resume: int
-    partitions: frozenset[int] | None  # None: all
-    cause: str
-
-    def covers(self, pid: int, partition: int) -> bool:
-        return pid == self.pid and (self.partitions is None or partition in self.partitions)
 
 
 def analyse(
@@ -104,8 +82,8 @@ def analyse(
         (k, s) for k, n in expected.items() for s in range(1, n + 1) if (k, s) not in processed
     ]
     calls = calls_of(judged, killed)
-    _account_duplicates(calls, result, fences, plan)
-    _convergence(calls, result)
+    account_duplicates(calls, result, fences, plan)
+    measure_convergence(calls, result)
     if plan.mode == "exclusive":
         from tests.coordinator.test_exclusive_mode import overlaps
 
@@ -251,30 +229,6 @@ def _incarnations(
     return out, kills
 
 
-def _parse_log_time(line: str, clock_offset_ns: int) -> int:
-    stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
-    return int(stamp.timestamp() * 1e9) - clock_offset_ns
-
-
-def _log_time(members: Members, name: str, text: str, clock_offset_ns: int) -> int:
-    """The journal-clock time of the last log line of ``name`` containing ``text``."""
-    lines = [line for line in members.log(name).splitlines() if text in line]
-    return _parse_log_time(lines[-1], clock_offset_ns)
-
-
-def fences_from_logs(members: Members, clock_offset_ns: int) -> list[Fence]:
-    """``lost`` partitions from the members' logs (the consumer logs each with its time)."""
-    fences = []
-    for pid, name in members.names_by_pid.items():
-        for line in members.log(name).splitlines():
-            if "keyshared.kafka.poll_loop: lost " not in line:
-                continue
-            t = _parse_log_time(line, clock_offset_ns)
-            partitions = frozenset(int(p) for p in re.findall(r"\[(\d+)\]", line))
-            fences.append(Fence(pid, t, t, partitions, "lost"))
-    return fences
-
-
 def _count_attempts_across_redispatch(events: list[Event]) -> tuple[list[Event], int]:
     """Number attempts per process across re-dispatches of an unfinished record.
 
@@ -304,158 +258,3 @@ def _count_attempts_across_redispatch(events: list[Event]) -> tuple[list[Event],
                 finished.add(call)
         out.append(event)
     return out, len(restarted)
-
-
-def _commit_window_ns(plan: ChaosPlan) -> int:
-    """How long before a crash a finished record may still be uncommitted: a commit interval
-    plus a commit's round trip on a loaded machine."""
-    return int((plan.commit_interval + 2.0) * 1e9)
-
-
-@dataclass(frozen=True)
-class Call:
-    """One handler call on the merged timeline (a killed process's open call ends at the kill)."""
-
-    pid: int
-    rid: RecordId
-    start: int
-    end: int
-    kind: str  # how it ended: E finished (or dead-lettered), F failed, K killed or stalled
-    partition: int = -1
-    offset: int = -1
-
-
-def calls_of(events: list[Event], killed: Mapping[int, int]) -> list[Call]:
-    """Pair every start with its end, in start order."""
-    open_starts: dict[tuple[int, RecordId], Event] = {}
-    calls = []
-    for event in sorted(events, key=lambda e: (e.t, e.kind == "S")):
-        rid = (event.key, event.seq)
-        if event.kind == "S":
-            open_starts[(event.pid, rid)] = event
-            continue
-        start = open_starts.pop((event.pid, rid), None)
-        if start is not None:
-            calls.append(
-                Call(event.pid, rid, start.t, event.t, event.kind, start.partition, start.offset)
-            )
-    for (pid, rid), start in open_starts.items():
-        if pid in killed:
-            calls.append(Call(pid, rid, start.t, killed[pid], "K", start.partition, start.offset))
-    return sorted(calls, key=lambda c: c.start)
-
-
-def _account_duplicates(
-    calls: list[Call], result: ChaosResult, fences: list[Fence], plan: ChaosPlan
-) -> None:
-    """In-flight figures per member fault, and every duplicate tied to a fault (or not).
-
-    A member fault puts at risk the calls of the victim that were open at the fault or started
-    within a commit window before it (finished, but maybe not committed yet). A duplicate is
-    explained if its first finished run is such a call, or ran around a server restart (a
-    broker or ZooKeeper outage can cost a member its partitions or leases before it commits).
-    """
-    window = _commit_window_ns(plan)
-    by_pid: dict[int, list[Call]] = defaultdict(list)
-    first_finish: dict[RecordId, Call] = {}
-    for call in calls:
-        by_pid[call.pid].append(call)
-        if call.kind == "E" and call.rid not in first_finish:
-            first_finish[call.rid] = call
-    at_risk: set[tuple[int, RecordId]] = set()
-    for fault in result.faults:
-        if fault.kind not in ("member_kill", "member_stall"):
-            continue
-        pid = fault.pid
-        for call in by_pid[pid]:
-            running = call.start <= fault.t_fault <= call.end
-            fault.in_flight += running
-            if running or fault.t_fault - window <= call.start <= fault.t_fault:
-                fault.at_risk += 1
-                at_risk.add((pid, call.rid))
-    server_faults = [f for f in result.faults if f.kind in ("broker_restart", "zookeeper_restart")]
-    kills = {f.pid: f for f in result.faults if f.kind == "member_kill" and f.committed}
-    redo_start: dict[RecordId, int] = {}
-    for call in calls:  # in start order: the first call after a record's first finish
-        done = first_finish.get(call.rid)
-        if done is not None and call.start > done.end and call.rid not in redo_start:
-            redo_start[call.rid] = call.start
-    states = result.group_states
-    for rid in result.duplicates:
-        first = first_finish[rid]
-        kill = kills.get(first.pid)
-        if kill is not None and kill.committed is not None:
-            # Exact: a new owner resumes from what the victim had committed when it died.
-            cursor, finished = kill.committed.get(first.partition, (0, frozenset()))
-            if first.offset >= cursor and first.offset not in finished:
-                kill.redone_uncommitted += 1
-                result.late_commit_duplicates += (first.pid, rid) not in at_risk
-        if (first.pid, rid) in at_risk:
-            continue
-        if any(f.cause == "lost" and f.pid == first.pid and first.end <= f.t for f in fences):
-            result.lost_partition_duplicates += 1
-            continue
-        if any(
-            f.t_fault - window <= first.end and first.start <= f.t_recovered + window
-            for f in server_faults
-        ):
-            continue
-        # With Kafka's classic group protocol a member's commits are refused while its group
-        # rebalances (ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS), revoke commits included: a
-        # record finished then and handed over (or its member killed) before the group was
-        # stable for a commit window is redone. Judged from the coordinator's own state.
-        redo = redo_start.get(rid)
-        if (
-            states is not None
-            and redo is not None
-            and states.longest_stable(first.end, redo) * 1e9 < window
-        ):
-            result.rebalance_duplicates += 1
-            continue
-        result.unexplained_duplicates.append(
-            f"{rid!r}: first finished by pid {first.pid} at "
-            f"t={(first.end - result.t0) / 1e9:.2f}s, redone from "
-            f"t={((redo or 0) - result.t0) / 1e9:.2f}s"
-        )
-
-
-def _convergence(calls: list[Call], result: ChaosResult) -> None:
-    """Per fault: the keys it affected, and how long until each finished a record again.
-
-    Affected keys: for a member fault, those the victim was running at the fault or had
-    finished within the second before; for a server restart, every key finished within the
-    second before. Keys that finish nothing after the fault (all their records were done) are
-    left out. The figure includes the wait for a key's next record to arrive.
-    """
-    second = 1_000_000_000
-    finishes: dict[bytes | None, list[int]] = defaultdict(list)
-    for call in calls:
-        if call.kind == "E":
-            finishes[call.rid[0]].append(call.end)
-    for times in finishes.values():
-        times.sort()
-    ends = sorted((c for c in calls if c.kind == "E"), key=lambda c: c.end)
-    end_times = [c.end for c in ends]
-    by_pid: dict[int, list[Call]] = defaultdict(list)
-    for call in calls:
-        by_pid[call.pid].append(call)
-    for fault in result.faults:
-        t = fault.t_fault
-        if fault.kind in ("member_kill", "member_stall"):
-            affected = {
-                c.rid[0]
-                for c in by_pid[fault.pid]
-                if c.start <= t <= c.end or (c.kind == "E" and t - second <= c.end <= t)
-            }
-        else:
-            lo, hi = bisect.bisect_left(end_times, t - second), bisect.bisect_right(end_times, t)
-            affected = {c.rid[0] for c in ends[lo:hi]}
-        delays = []
-        for key in affected:
-            times = finishes[key]
-            i = bisect.bisect_right(times, t)
-            if i < len(times):
-                delays.append((times[i] - t) / 1e9)
-        fault.affected_keys = len(delays)
-        if delays:
-            fault.resumed_s, fault.converged_s = min(delays), max(delays)

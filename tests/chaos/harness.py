@@ -48,7 +48,8 @@ from confluent_kafka.admin import AdminClient
 
 from keyshared.dev import LocalCluster
 from keyshared.dev.testing import create_topic, delete_topics, unique_name
-from tests.chaos.analysis import _log_time, analyse, fences_from_logs
+from tests.chaos.analysis import analyse
+from tests.chaos.fences import fences_from_logs, log_time
 from tests.chaos.members import Members, PacedProducer
 from tests.chaos.observers import CommitWatch, GroupStates, JournalTail, read_dlq, run_verify
 from tests.chaos.plan import (
@@ -151,7 +152,7 @@ def run_chaos(
     fences = fences_from_logs(members, clock_offset_ns)
     for fault in faults:
         if fault.kind == "member_stall" and fault.expired:
-            fault.t_noticed = _log_time(members, fault.target, EXPIRED_LOG, clock_offset_ns)
+            fault.t_noticed = log_time(members, fault.target, EXPIRED_LOG, clock_offset_ns)
     analyse(read_journal(members.journal), plan, expected, members.killed, dead, result, fences)
     delete_topics(AdminClient({"bootstrap.servers": bootstrap}), [topic, dlq])
     return result

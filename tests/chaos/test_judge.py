@@ -1,0 +1,81 @@
+"""The chaos judge itself, on made-up timelines (no server): a duplicate is excused only by a
+fault that explains it, so a judge that excuses too much would hide keyshared's bugs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chaos.accounting import Call, account_duplicates
+from tests.chaos.observers import GroupStates
+from tests.chaos.plan import ChaosPlan, Fault
+from tests.chaos.result import ChaosResult
+
+pytestmark = pytest.mark.unit
+
+S = 1_000_000_000  # one second in ns
+KEY = b"k"
+
+
+def states(*stretches: tuple[float, float, bool]) -> GroupStates:
+    """Group-state samples every 100 ms over the given (from s, to s, stable) stretches."""
+    probe = GroupStates.__new__(GroupStates)  # no subprocess: the samples are given
+    probe.samples = [
+        (int(t * S / 10), stable)
+        for lo, hi, stable in stretches
+        for t in range(int(lo * 10), int(hi * 10))
+    ]
+    return probe
+
+
+def judge(first: Call, redo: Call, group: GroupStates, faults: list[Fault]) -> ChaosResult:
+    plan = ChaosPlan("partition", commit_interval=0.2)
+    result = ChaosResult(plan, faults, t0=0)
+    result.duplicates = [first.rid]
+    result.group_states = group
+    account_duplicates([first, redo], result, [], plan)
+    return result
+
+
+def test_longest_stable_stretch() -> None:
+    group = states((0, 5, True), (5, 8, False), (8, 9, True))
+    assert group.longest_stable(0, 9 * S) == pytest.approx(4.9, abs=0.11)
+    assert group.longest_stable(5 * S, 9 * S) == pytest.approx(1.0, abs=0.11)
+    assert group.longest_stable(5 * S, 8 * S) == 0
+
+
+def test_a_record_finished_while_the_group_rebalanced_until_its_redo_is_excused() -> None:
+    first = Call(1, (KEY, 1), start=int(5.1 * S), end=int(5.2 * S), kind="E")
+    redo = Call(2, (KEY, 1), start=int(7.9 * S), end=8 * S, kind="E")
+    result = judge(first, redo, states((0, 5, True), (5, 8, False), (8, 20, True)), [])
+    assert result.rebalance_duplicates == 1
+    assert not result.unexplained_duplicates
+
+
+def test_a_record_redone_after_a_stable_commit_window_is_a_finding() -> None:
+    """The group was stable for 4 s after the record finished: keyshared had every chance to
+    commit it, so its redo is not the protocol's doing."""
+    first = Call(1, (KEY, 1), start=int(1.0 * S), end=int(1.1 * S), kind="E")
+    redo = Call(2, (KEY, 1), start=int(7.9 * S), end=8 * S, kind="E")
+    result = judge(first, redo, states((0, 5, True), (5, 8, False), (8, 20, True)), [])
+    assert result.rebalance_duplicates == 0
+    assert len(result.unexplained_duplicates) == 1
+
+
+def test_a_kill_excuses_only_the_records_above_what_its_victim_committed() -> None:
+    kill = Fault("member_kill", 0.0, pid=1, t_fault=10 * S)
+    kill.committed = {0: (100, frozenset({105}))}
+    stable = states((0, 30, True))
+    # finished long before the kill, but above the committed offset: uncommitted, counted
+    early = Call(1, (KEY, 1), start=1 * S, end=int(1.1 * S), kind="E", partition=0, offset=101)
+    redo = Call(2, (KEY, 1), start=12 * S, end=int(12.1 * S), kind="E", partition=0, offset=101)
+    result = judge(early, redo, stable, [kill])
+    assert kill.redone_uncommitted == 1 and result.late_commit_duplicates == 1
+    assert len(result.unexplained_duplicates) == 1, "the group was stable: a commit was due"
+    # within the commit window before the kill: in flight or at risk, excused
+    kill.redone_uncommitted = 0
+    late = Call(
+        1, (KEY, 2), start=int(9.5 * S), end=int(9.6 * S), kind="E", partition=0, offset=102
+    )
+    again = Call(2, (KEY, 2), start=12 * S, end=int(12.1 * S), kind="E", partition=0, offset=102)
+    result = judge(late, again, stable, [kill])
+    assert kill.redone_uncommitted == 1 and not result.unexplained_duplicates
