@@ -4,7 +4,7 @@ merged journals, the faults, the fences and the DLQ read back."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from tests.chaos.accounting import account_duplicates, calls_of, measure_convergence
@@ -109,27 +109,13 @@ def _drop_cut_off_starts(
         began = [t for t in outages if t < fence.t]
         if began:
             windows.append((fence, began[-1]))
-    if not windows:
-        return events, []
-    dropped: set[tuple[int, bytes | None, int]] = set()
-    found = []
-    out = []
-    for event in events:
-        call = (event.pid, event.key, event.seq)
-        if event.kind == "S" and any(
-            fence.covers(event.pid, event.partition) and lo <= event.t <= fence.t
-            for fence, lo in windows
-        ):
-            dropped.add(call)
-            found.append(f"pid {event.pid} started {event.key!r} seq {event.seq} "
-                         f"(partition {event.partition} offset {event.offset}) after a broker "
-                         f"outage, before it learned the partition was lost")  # fmt: skip
-            continue
-        if event.kind != "S" and call in dropped:
-            dropped.discard(call)
-            continue
-        out.append(event)
-    return out, found
+    return _drop_starts(
+        events,
+        lambda e: any(
+            fence.covers(e.pid, e.partition) and lo <= e.t <= fence.t for fence, lo in windows
+        ),
+        "after a broker outage, before it learned the partition was lost",
+    )
 
 
 def _drop_zombie_starts(events: list[Event], faults: list[Fault]) -> tuple[list[Event], list[str]]:
@@ -142,20 +128,26 @@ def _drop_zombie_starts(events: list[Event], faults: list[Fault]) -> tuple[list[
         for f in faults
         if f.kind == "member_stall" and f.expired
     ]
-    if not windows:
-        return events, []
+    return _drop_starts(
+        events,
+        lambda e: any(pid == e.pid and lo <= e.t <= hi for pid, lo, hi in windows),
+        "after its SIGCONT, before it noticed its session had expired",
+    )
+
+
+def _drop_starts(
+    events: list[Event], wrong: Callable[[Event], bool], why: str
+) -> tuple[list[Event], list[str]]:
+    """The timeline without the calls whose start ``wrong`` picks, and a line for each."""
     dropped: set[tuple[int, bytes | None, int]] = set()
     found = []
     out = []
     for event in events:
         call = (event.pid, event.key, event.seq)
-        if event.kind == "S" and any(
-            pid == event.pid and lo <= event.t <= hi for pid, lo, hi in windows
-        ):
+        if event.kind == "S" and wrong(event):
             dropped.add(call)
             found.append(f"pid {event.pid} started {event.key!r} seq {event.seq} "
-                         f"(partition {event.partition} offset {event.offset}) after its "
-                         f"SIGCONT, before it noticed its session had expired")  # fmt: skip
+                         f"(partition {event.partition} offset {event.offset}) {why}")  # fmt: skip
             continue
         if event.kind != "S" and call in dropped:
             dropped.discard(call)

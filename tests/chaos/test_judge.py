@@ -79,3 +79,17 @@ def test_a_kill_excuses_only_the_records_above_what_its_victim_committed() -> No
     again = Call(2, (KEY, 2), start=12 * S, end=int(12.1 * S), kind="E", partition=0, offset=102)
     result = judge(late, again, stable, [kill])
     assert kill.redone_uncommitted == 1 and not result.unexplained_duplicates
+
+
+def test_starts_of_a_stalled_member_before_it_noticed_the_expiry_are_taken_out() -> None:
+    from tests.chaos.analysis import _drop_zombie_starts
+    from tests.kafka.support.journal import Event
+
+    stall = Fault("member_stall", 0.0, pid=7, t_fault=1 * S, t_recovered=5 * S, expired=True)
+    stall.t_noticed = 6 * S
+    frozen = [Event("S", KEY, 1, 7, 0, 10, int(0.5 * S), 1), Event("E", KEY, 1, 7, 0, 10, 5 * S, 1)]
+    zombie = [Event("S", KEY, 2, 7, 0, 11, int(5.5 * S), 1), Event("E", KEY, 2, 7, 0, 11, 7 * S, 1)]
+    later = [Event("S", KEY, 3, 7, 0, 12, 8 * S, 1), Event("E", KEY, 3, 7, 0, 12, 9 * S, 1)]
+    kept, found = _drop_zombie_starts([*frozen, *zombie, *later], [stall])
+    assert kept == [*frozen, *later]
+    assert len(found) == 1 and "seq 2" in found[0]
