@@ -50,6 +50,10 @@ class LeaseQueue:
     def __contains__(self, slots: object) -> bool:
         return slots in self._pending
 
+    def __len__(self) -> int:
+        """Acquisitions still waiting for their lease."""
+        return len(self._pending)
+
     def queue(self, slots: SlotRange, generation: int) -> None:
         """Queue for ``slots`` (behind every overlapping lease of another member)."""
         pending = self._leases.begin(slots, generation=generation)
