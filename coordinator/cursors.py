@@ -80,34 +80,44 @@ def read_cursors(
     client: KazooClient, layout: GroupLayout, overlapping: SlotRange | None = None
 ) -> list[Cursor]:
     """Stored cursors of every range (or only those overlapping ``overlapping``), ordered by
-    range, topic and partition."""
-    cursors: list[Cursor] = []
-    for range_name in sorted(client.get_children(layout.cursors)):
-        slots = parse_range(range_name)
-        if overlapping is not None and not slots.overlaps(overlapping):
-            continue
+    range, topic and partition.
+
+    The reads are pipelined (kazoo's async calls, then their results): a group that has seen
+    many plans keeps a cursor per range shape and partition, hundreds of znodes, and one round
+    trip each made every re-read of a member take seconds on a loaded ZooKeeper.
+    """
+    ranges = [parse_range(name) for name in sorted(client.get_children(layout.cursors))]
+    if overlapping is not None:
+        ranges = [slots for slots in ranges if slots.overlaps(overlapping)]
+    listings = [(slots, client.get_children_async(layout.cursor_range(slots))) for slots in ranges]
+    reads = []
+    for slots, listing in listings:
         try:
-            names = client.get_children(layout.cursor_range(slots))
+            names = listing.get()
         except NoNodeError:
             continue
         for name in sorted(names):
             topic, partition = parse_partition(name)
-            try:
-                data, _ = client.get(layout.cursor(slots, topic, partition))
-            except NoNodeError:
-                continue
-            raw = json.loads(data)
-            cursors.append(
-                Cursor(
-                    slots,
-                    topic,
-                    partition,
-                    int(raw["offset"]),
-                    str(raw.get("metadata", "")),
-                    str(raw.get("member", "")),
-                    int(raw.get("token", -1)),
-                )
+            path = layout.cursor(slots, topic, partition)
+            reads.append((slots, topic, partition, client.get_async(path)))
+    cursors: list[Cursor] = []
+    for slots, topic, partition, read in reads:
+        try:
+            data, _ = read.get()
+        except NoNodeError:
+            continue
+        raw = json.loads(data)
+        cursors.append(
+            Cursor(
+                slots,
+                topic,
+                partition,
+                int(raw["offset"]),
+                str(raw.get("metadata", "")),
+                str(raw.get("member", "")),
+                int(raw.get("token", -1)),
             )
+        )
     return sorted(cursors, key=lambda c: (c.slots, c.topic, c.partition))
 
 

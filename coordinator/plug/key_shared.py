@@ -36,6 +36,7 @@ from coordinator.leases import Lease
 from coordinator.members import MemberInfo
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
+    Decoded,
     idle,
     kafka_bases,
     low_watermarks,
@@ -97,6 +98,7 @@ class KeySharedMember:
         self._next_watermark = 0.0
         self._assign_retry_at: float | None = None
         self._regain_at: float | None = None  # granted ranges wait until then to be read
+        self._decoded: Decoded = {}  # the last read's decoded cursors (see stored_cursors)
         self._flushed = True  # did every cursor write since the last drain go through?
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
         self._queue = LeaseQueue(self._leases, context.inbox, self._gate.metrics, self._granted)
@@ -389,7 +391,11 @@ class KeySharedMember:
         )
 
     def _read_claims(self, held: list[tuple[SlotRange, int]]) -> dict[TP, PartitionClaims]:
-        stored = stored_cursors(read_cursors(self._zk.client, self._zk.layout(self._group)))
+        decoded: Decoded = {}
+        stored = stored_cursors(
+            read_cursors(self._zk.client, self._zk.layout(self._group)), self._decoded, decoded
+        )
+        self._decoded = decoded
         reset = str(self._ctx.kafka_config.get("auto.offset.reset", "earliest"))
         bases = kafka_bases(self._consumer, self._partitions, reset, self._options.startup_timeout)
         return {

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from keyshared.kafka.partition import PartitionState
 
 __all__ = [
+    "Decoded",
     "idle",
     "kafka_bases",
     "low_watermarks",
@@ -36,17 +37,33 @@ _CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per 
 _RESET_TO_END = ("latest", "end", "largest")
 
 
-def stored_cursors(cursors: Iterable[Cursor]) -> dict[TP, list[StoredCursor]]:
-    """The coordinator's cursors per partition, with their finished offsets decoded."""
+Decoded = dict[tuple[SlotRange, str, int], tuple[int, str, frozenset[int]]]
+"""A member's decoded cursors of its last read: (range, topic, partition) -> (offset,
+metadata, finished offsets)."""
+
+
+def stored_cursors(
+    cursors: Iterable[Cursor], previous: Decoded | None = None, keep: Decoded | None = None
+) -> dict[TP, list[StoredCursor]]:
+    """The coordinator's cursors per partition, with their finished offsets decoded.
+
+    Decoding is the costly part of a member's re-read (tens of milliseconds for a cursor that
+    carries thousands of finished offsets, and a group keeps one per range shape it has seen),
+    and most cursors do not change between two reads: those found unchanged in ``previous``
+    are not decoded again. ``keep`` receives this read's decodings, for the next one.
+    """
     stored: dict[TP, list[StoredCursor]] = {}
     for cursor in cursors:
+        where = (cursor.slots, cursor.topic, cursor.partition)
+        known = previous.get(where) if previous is not None else None
+        if known is not None and known[0] == cursor.offset and known[1] == cursor.metadata:
+            finished = known[2]
+        else:
+            finished = decode_finished(cursor.offset, cursor.metadata)
+        if keep is not None:
+            keep[where] = (cursor.offset, cursor.metadata, finished)
         stored.setdefault((cursor.topic, cursor.partition), []).append(
-            StoredCursor(
-                cursor.slots,
-                cursor.offset,
-                cursor.token,
-                decode_finished(cursor.offset, cursor.metadata),
-            )
+            StoredCursor(cursor.slots, cursor.offset, cursor.token, finished)
         )
     return stored
 

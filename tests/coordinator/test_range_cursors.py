@@ -68,3 +68,32 @@ def test_a_finished_record_at_the_resume_point_is_not_redone() -> None:
         f"cursor {offset}, finished {sorted(done - set(range(offset)))}"
     )
     assert 5002 not in done and offset <= 5002, "an unfinished record was skipped"
+
+
+def test_unchanged_cursors_are_not_decoded_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member's re-read decodes only the cursors that changed since its last read: decoding
+    one that carries thousands of finished offsets takes tens of milliseconds, and re-reads
+    come with every plan change."""
+    from coordinator.cursors import Cursor
+    from coordinator.plug import range_cursors
+
+    calls: list[int] = []
+    real = range_cursors.decode_finished
+
+    def counting(offset: int, metadata: str | None) -> frozenset[int]:
+        calls.append(offset)
+        return real(offset, metadata)
+
+    monkeypatch.setattr(range_cursors, "decode_finished", counting)
+    a = Cursor(LOW, "t", 0, 100, metadata_of(100, [103]), "m", 1)
+    b = Cursor(HIGH, "t", 0, 200, metadata_of(200, [205]), "m", 2)
+    first: range_cursors.Decoded = {}
+    range_cursors.stored_cursors([a, b], None, first)
+    assert sorted(calls) == [100, 200]
+    moved = Cursor(HIGH, "t", 0, 210, metadata_of(210, [215]), "m", 2)
+    second: range_cursors.Decoded = {}
+    stored = range_cursors.stored_cursors([a, moved], first, second)
+    assert sorted(calls) == [100, 200, 210], "only the cursor that moved is decoded again"
+    by_slots = {c.slots: c.finished for c in stored[("t", 0)]}
+    assert by_slots == {LOW: {103}, HIGH: {215}}
+    assert set(second) == {(LOW, "t", 0), (HIGH, "t", 0)}
