@@ -97,3 +97,13 @@ def test_unchanged_cursors_are_not_decoded_again(monkeypatch: pytest.MonkeyPatch
     by_slots = {c.slots: c.finished for c in stored[("t", 0)]}
     assert by_slots == {LOW: {103}, HIGH: {215}}
     assert set(second) == {(LOW, "t", 0), (HIGH, "t", 0)}
+
+
+def test_a_range_only_partly_read_by_the_window_gets_no_cursor() -> None:
+    """Found by the 30-minute chaos run: the member held LOW and was granted the whole space.
+    Its window, built for LOW only, counted HIGH's records as finished (not its own); the
+    cursor written for the whole space from it made the next owner skip HIGH's records."""
+    whole = SlotRange(0, 65535)
+    claims = PartitionClaims.resolve([(LOW, 1)], [StoredCursor(LOW, 100, 1)], base=0)
+    assert range_cursor(whole, claims, window_cursor=150, finished=[151, 152]) is None
+    assert range_cursor(LOW, claims, window_cursor=150, finished=[151]) is not None
