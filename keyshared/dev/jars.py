@@ -14,7 +14,6 @@ the installed PySpark, which the caller passes in (this module never imports pys
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -24,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 from keyshared.dev.errors import JarFetchError
+from keyshared.dev.runtime import user_cache_dir
 from keyshared.dev.tools import find_mvn
 
 __all__ = [
@@ -81,12 +81,7 @@ def default_jar_cache() -> Path:
     Kept apart from the runtime folder so that every runtime folder (each test session makes
     its own) shares one download.
     """
-    override = os.environ.get(JAR_CACHE_ENV)
-    if override:
-        return Path(override).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "keyshared" / "jars"
+    return user_cache_dir(JAR_CACHE_ENV, "jars")
 
 
 def jars_dir_for_pom(cache_root: Path | None = None) -> Path:

@@ -14,19 +14,25 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["RUNTIME_DIR_ENV", "default_runtime_dir", "folder_lock"]
+__all__ = ["RUNTIME_DIR_ENV", "default_runtime_dir", "folder_lock", "user_cache_dir"]
 
 RUNTIME_DIR_ENV = "KEYSHARED_HOME"
 
 
 def default_runtime_dir() -> Path:
     """`$KEYSHARED_HOME`, else `$XDG_CACHE_HOME/keyshared/dev`, else `~/.cache/keyshared/dev`."""
-    override = os.environ.get(RUNTIME_DIR_ENV)
+    return user_cache_dir(RUNTIME_DIR_ENV, "dev")
+
+
+def user_cache_dir(override_env: str, leaf: str) -> Path:
+    """`$override_env`, else `$XDG_CACHE_HOME/keyshared/<leaf>`, else `~/.cache/keyshared/<leaf>`:
+    where every cache of keyshared lives outside the repository."""
+    override = os.environ.get(override_env)
     if override:
         return Path(override).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "keyshared" / "dev"
+    return base / "keyshared" / leaf
 
 
 @contextlib.contextmanager

@@ -12,10 +12,11 @@ compiled classes are per machine, hundreds of MB in all, and every worktree shar
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from keyshared.dev.runtime import user_cache_dir
 
 __all__ = [
     "INSTALL_HINT",
@@ -46,12 +47,7 @@ class PeerTiming:
 
 def default_peers_cache() -> Path:
     """The folder holding the peers' venvs and compiled harness (see the module docstring)."""
-    override = os.environ.get(PEERS_CACHE_ENV)
-    if override:
-        return Path(override).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "keyshared" / "peers"
+    return user_cache_dir(PEERS_CACHE_ENV, "peers")
 
 
 def venv_python(venv: Path) -> Path:
