@@ -32,6 +32,7 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
     RolledBackError,
+    RuntimeInconsistency,
 )
 
 from coordinator.errors import CoordinatorError, Fenced
@@ -199,28 +200,40 @@ class CursorWriter:
                 raise
 
     def _write(self, staged: dict[tuple[str, int], Cursor]) -> int:
+        paths = {key: self._layout.cursor(self.slots, *key) for key in staged}
+        self._learn_existing([path for path in paths.values() if path not in self._existing])
         for _attempt in range(3):
             transaction = self._client.transaction()
             transaction.check(self.lease.path, 0)
-            paths: list[str] = []
-            for (topic, partition), cursor in staged.items():
-                path = self._layout.cursor(self.slots, topic, partition)
-                paths.append(path)
-                if path in self._existing:
-                    transaction.set_data(path, cursor.to_json())
+            for key, cursor in staged.items():
+                if paths[key] in self._existing:
+                    transaction.set_data(paths[key], cursor.to_json())
                 else:
-                    transaction.create(path, cursor.to_json())
+                    transaction.create(paths[key], cursor.to_json())
             results = transaction.commit()
             if not any(isinstance(r, Exception) for r in results):
-                self._existing.update(paths)
+                self._existing.update(paths.values())
                 return len(staged)
             if isinstance(results[0], NoNodeError | BadVersionError):
                 raise Fenced(self.lease.path, f"write {len(staged)} cursor(s) of {self.slots}")
-            for path, result in zip(paths, results[1:], strict=True):
+            # A multi stops at its first failing op: those before it answer RolledBackError,
+            # those after it RuntimeInconsistency (never run). Only the failing op says anything.
+            for path, result in zip(paths.values(), results[1:], strict=True):
                 if isinstance(result, NodeExistsError):
-                    self._existing.add(path)
+                    self._existing.add(path)  # a race: someone created it since the lookup
                 elif isinstance(result, NoNodeError):
                     self._existing.discard(path)
-                elif isinstance(result, Exception) and not isinstance(result, RolledBackError):
-                    raise result
+                elif isinstance(result, Exception) and not isinstance(
+                    result, RolledBackError | RuntimeInconsistency
+                ):
+                    raise CoordinatorError(f"writing cursor {path} failed: {result!r}")
         raise CoordinatorError(f"cursor transaction for {self.slots} kept racing; gave up")
+
+    def _learn_existing(self, unknown: list[str]) -> None:
+        """Which of ``unknown`` exist already, in one pipelined round trip. A range's next
+        holder finds its predecessors' cursor znodes: without this it would learn them one
+        failed transaction at a time."""
+        lookups = [(path, self._client.exists_async(path)) for path in unknown]
+        for path, lookup in lookups:
+            if lookup.get() is not None:
+                self._existing.add(path)

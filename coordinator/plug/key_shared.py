@@ -31,7 +31,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from coordinator.assignment import AssignmentChange
 from coordinator.cursors import CursorWriter, read_cursors
-from coordinator.errors import Fenced
+from coordinator.errors import CoordinatorError, Fenced
 from coordinator.leases import Lease
 from coordinator.members import MemberInfo
 from coordinator.plug.lease_queue import LeaseQueue
@@ -93,7 +93,9 @@ class KeySharedMember:
         self._generation = 0
         self._held: dict[SlotRange, Lease] = {}
         self._writers: dict[SlotRange, CursorWriter] = {}
-        self._releasing: list[tuple[Lease, list[PartitionState]]] = []
+        # Leases given up but not released yet: their stragglers, and their writer, whose
+        # final cursors must reach ZooKeeper before the next owner may read them.
+        self._releasing: list[tuple[Lease, list[PartitionState], CursorWriter | None]] = []
         self._written: dict[tuple[SlotRange, TP], tuple[int, str]] = {}
         self._next_watermark = 0.0
         self._assign_retry_at: float | None = None
@@ -139,17 +141,22 @@ class KeySharedMember:
         if not self._releasing:
             return
         with self._dispatcher.lock:
-            done = [(lease, states) for lease, states in self._releasing if idle(states)]
+            done = [item for item in self._releasing if idle(item[1])]
         for item in done:
             if self._gate.suspended:
                 return  # a release needs the connection; the session may yet come back
+            lease, _states, writer = item
             try:
-                self._leases.release(item[0])
+                if writer is not None and writer.pending:
+                    writer.flush()  # its last cursors first, or the next owner replays them
+                self._leases.release(lease)
+            except Fenced:
+                log.error("range %s: lease lost before its release", lease.key)
             except Exception as exc:  # connection lost meanwhile: try again next tick
-                log.warning("releasing the lease of %s failed (%s); retrying", item[0].key, exc)
+                log.warning("releasing the lease of %s failed (%r); retrying", lease.key, exc)
                 return
             self._releasing.remove(item)
-            log.info("range %s: lease released", item[0].key)
+            log.info("range %s: lease released", lease.key)
 
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""
@@ -218,9 +225,6 @@ class KeySharedMember:
         """Write each held range's cursor in every partition: one fenced transaction a range."""
         if not self._writers or not states:
             return not self._held or not states
-        if self._gate.suspended:
-            self._flushed = False
-            return False  # the session may be gone: writing now could not be trusted
         with self._dispatcher.lock:
             snapshot = [
                 (s.tp, s.window.safe_cursor, s.window.finished_above_cursor())
@@ -238,6 +242,13 @@ class KeySharedMember:
                     continue
                 writer.stage(tp[0], tp[1], *computed)
                 self._written[(slots, tp)] = computed
+            if self._gate.suspended:
+                # The session may be gone: keep the cursors staged (a rebuild must not read
+                # older ones) and write them once ZooKeeper answers again.
+                ok = False
+                for tp, *_ in snapshot:
+                    self._written.pop((slots, tp), None)
+                continue
             try:
                 writer.flush()
             except Fenced:
@@ -247,7 +258,7 @@ class KeySharedMember:
                 ok = False
                 for tp, *_ in snapshot:
                     self._written.pop((slots, tp), None)
-                log.warning("writing the cursors of range %s failed: %s", slots, exc)
+                log.warning("writing the cursors of range %s failed: %r", slots, exc)
         for slots in fenced:
             self._range_fenced(slots)
         self._flushed = self._flushed and ok
@@ -317,26 +328,26 @@ class KeySharedMember:
         committed = self._flushed
         for slots in drop:
             lease = self._held.pop(slots, None)
-            self._writers.pop(slots, None)
+            writer = self._writers.pop(slots, None)
             if lease is None:
                 continue  # fenced while draining: the lease is gone already
             if drained and committed and not self._gate.suspended:
                 try:
                     self._leases.release(lease)
                 except Exception as exc:
-                    log.warning("releasing the lease of %s failed (%s); retrying", slots, exc)
-                    self._releasing.append((lease, []))
+                    log.warning("releasing the lease of %s failed (%r); retrying", slots, exc)
+                    self._releasing.append((lease, [], writer))
             elif drained:
-                # The final cursor write failed (ZooKeeper unreachable): release only once it
-                # can go through, or the session ends and takes the lease with it.
-                self._releasing.append((lease, []))
+                # The final cursor write failed (ZooKeeper unreachable): the writer keeps the
+                # cursors staged; ``tick`` writes them, then releases.
+                self._releasing.append((lease, [], writer))
             else:
                 log.warning(
                     "range %s: drain timed out; its lease is kept until the records still "
                     "running there finish, so the next owner cannot overlap them",
                     slots,
                 )
-                self._releasing.append((lease, old_states))
+                self._releasing.append((lease, old_states, writer))
         self._assign_from_cursors()
 
     def _assign_from_cursors(self) -> None:
@@ -346,7 +357,7 @@ class KeySharedMember:
         try:
             self._assign_now()
         except Exception as exc:
-            log.warning("reading the cursors of %s failed (%s); retrying", self._me, exc)
+            log.warning("reading the cursors of %s failed (%r); retrying", self._me, exc)
             self._assign_retry_at = time.monotonic() + _ASSIGN_RETRY_S
             with contextlib.suppress(Exception):
                 self._consumer.assign([])
@@ -358,6 +369,7 @@ class KeySharedMember:
     def _assign_now(self) -> None:
         events = self._events
         assert events is not None
+        self._write_pending()
         self._regain_at = None  # every range held now is read below
         held = [(slots, lease.token) for slots, lease in self._held.items()]
         self._claims = {}
@@ -390,6 +402,21 @@ class KeySharedMember:
             ", ".join(f"{t.topic}[{t.partition}]@{t.offset}" for t in targets) or "nothing",
         )
 
+    def _write_pending(self) -> None:
+        """Write the cursors still staged before reading the stored ones: those are older,
+        and starting from them would replay what this member has finished (found by the
+        chaos run). Raises if they cannot be written yet: the caller reads nothing and
+        retries."""
+        for slots, writer in list(self._writers.items()):
+            if not writer.pending:
+                continue
+            if self._gate.suspended:
+                raise CoordinatorError(f"range {slots}: cursors not written, ZooKeeper away")
+            try:
+                writer.flush()
+            except Fenced:
+                self._forget_fenced(slots)  # not read below: nothing to restart
+
     def _read_claims(self, held: list[tuple[SlotRange, int]]) -> dict[TP, PartitionClaims]:
         decoded: Decoded = {}
         stored = stored_cursors(
@@ -409,11 +436,14 @@ class KeySharedMember:
         """A cursor write found the lease gone: someone else may hold the range now. Stop it
         at once and write nothing more for it; what else is held is re-read from its cursors
         once the current step (perhaps a drain) is over."""
+        self._forget_fenced(slots)
+        self._ctx.inbox.post(self._restart_after_fence)
+
+    def _forget_fenced(self, slots: SlotRange) -> None:
         log.error("range %s: lease lost (fenced); stopping it without committing", slots)
         self._gate.metrics.fenced()
         self._held.pop(slots, None)
         self._writers.pop(slots, None)
-        self._ctx.inbox.post(self._restart_after_fence)
 
     def _restart_after_fence(self) -> None:
         if not self._gate.lost and not self._closing:

@@ -94,3 +94,30 @@ def test_new_owner_starts_from_the_lowest_overlapping_cursor(
     only_first = start_positions(client, layout, SlotRange(0, 10))
     assert only_first[("t", 0)].offset == 500
     assert start_positions(client, layout, SlotRange(1000, 2000)) == {}
+
+
+def test_a_new_owner_of_a_range_with_many_stored_cursors_writes_at_once(
+    zk_client: ClientFactory, layout: GroupLayout
+) -> None:
+    """The next holder of a range shape finds a cursor znode per partition already there. Its
+    first flush must go through: the chaos run found every new holder failing its first N-1
+    flushes (ZooKeeper answers the ops after a multi's first failure with RuntimeInconsistency,
+    which the writer raised), so members re-read stale cursors and replayed records."""
+    client = zk_client()
+    leases = RangeLeases(client, layout, "A")
+    first = leases.acquire(HALF, generation=1)
+    writer = CursorWriter(client, layout, first)
+    for partition in range(6):
+        writer.stage("t", partition, 100 + partition)
+    assert writer.flush() == 6
+    leases.release(first)
+
+    second = RangeLeases(client, layout, "B").acquire(HALF, generation=2)
+    successor = CursorWriter(client, layout, second)
+    for partition in (2, 0, 5, 1, 4, 3, 6):  # six stored, one new, in no particular order
+        successor.stage("t", partition, 200 + partition)
+    assert successor.flush() == 7
+    assert successor.pending == 0
+    assert [(c.partition, c.offset, c.member_id) for c in read_cursors(client, layout)] == [
+        (p, 200 + p, "B") for p in range(7)
+    ]

@@ -1,0 +1,128 @@
+"""A member never reads the stored cursors of a range while it holds newer ones it could not
+write, and never releases a range before its last cursors are written (no server: the
+member's collaborators are stand-ins; what is checked is the order of writes, reads and
+releases).
+
+Found by the short chaos run in ``key_shared`` mode: a member's cursor writes failed for a
+while, it rebuilt meanwhile, read the older stored cursors and ran again 28 records it had
+already finished (in-process replays), and a dropped range's unwritten cursors were thrown
+away before its lease was released, so the next owner replayed them too.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from coordinator.errors import CoordinatorError, Fenced
+from coordinator.plug.key_shared import KeySharedMember
+from keyshared.core.slots import SlotRange
+
+pytestmark = pytest.mark.unit
+
+RANGE = SlotRange(0, 99)
+
+
+class Writer:
+    """A cursor writer whose flushes fail until ``fail`` is cleared."""
+
+    def __init__(self, log: list[str], fail: type[Exception] | None) -> None:
+        self.log = log
+        self.fail = fail
+        self.pending = 1
+
+    def flush(self) -> int:
+        if self.fail is not None:
+            self.log.append("write failed")
+            raise self.fail("/lease", "write")
+        self.log.append("written")
+        self.pending = 0
+        return 1
+
+
+def member(log: list[str], writer: Writer) -> KeySharedMember:
+    m = KeySharedMember.__new__(KeySharedMember)
+    fields: dict[str, Any] = {
+        "_closing": False,
+        "_gate": SimpleNamespace(
+            lost=False,
+            suspended=False,
+            metrics=SimpleNamespace(fenced=lambda: None, owned=lambda *a, **k: None),
+        ),
+        "_held": {RANGE: SimpleNamespace(token=7, key="0-99")},
+        "_writers": {RANGE: writer},
+        "_releasing": [],
+        "_assign_retry_at": None,
+        "_regain_at": None,
+        "_assigned": [],
+        "_claims": {},
+        "_events": SimpleNamespace(states={}),
+        "_consumer": SimpleNamespace(assign=lambda targets: log.append("assign")),
+        "_me": "M",
+        "_ctx": SimpleNamespace(topics=[]),
+        "_generation": 1,
+        "_leases": SimpleNamespace(release=lambda lease: log.append("released")),
+        "_dispatcher": SimpleNamespace(lock=_NoLock()),
+    }
+    for name, value in fields.items():
+        setattr(m, name, value)
+
+    def read_claims(held: list[tuple[SlotRange, int]]) -> dict[Any, Any]:
+        log.append("read stored cursors")
+        return {}
+
+    m._read_claims = read_claims  # type: ignore[method-assign]
+    return m
+
+
+class _NoLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_stored_cursors_are_not_read_while_newer_ones_are_unwritten() -> None:
+    log: list[str] = []
+    writer = Writer(log, fail=CoordinatorError)
+    m = member(log, writer)
+    m._assign_from_cursors()
+    assert "read stored cursors" not in log, "read cursors older than its own progress"
+    assert m._assign_retry_at is not None, "no retry scheduled"
+
+    writer.fail = None  # ZooKeeper answers again
+    log.clear()
+    m._assign_from_cursors()
+    assert log[:2] == ["written", "read stored cursors"]
+    assert m._assign_retry_at is None
+
+
+def test_a_fenced_range_is_dropped_and_the_rest_is_read() -> None:
+    log: list[str] = []
+    m = member(log, Writer(log, fail=Fenced))
+    other, up_to_date = SlotRange(100, 199), Writer(log, fail=None)
+    up_to_date.pending = 0
+    m._held[other] = SimpleNamespace(token=8, key="100-199")  # type: ignore[assignment]
+    m._writers[other] = up_to_date  # type: ignore[assignment]
+    m._assign_from_cursors()
+    assert RANGE not in m._held and RANGE not in m._writers
+    assert log == ["write failed", "read stored cursors", "assign"]
+    assert m._assign_retry_at is None
+
+
+def test_a_dropped_range_writes_its_last_cursors_before_its_release() -> None:
+    log: list[str] = []
+    writer = Writer(log, fail=CoordinatorError)
+    m = member(log, writer)
+    lease = m._held.pop(RANGE)
+    m._writers.pop(RANGE)
+    m._releasing.append((lease, [], writer))  # type: ignore[arg-type]
+    m.tick()
+    assert "released" not in log, "released before its cursors were written"
+    writer.fail = None
+    m.tick()
+    assert log[-2:] == ["written", "released"]
+    assert m._releasing == []
