@@ -95,10 +95,12 @@ def account_duplicates(
     for rid in result.duplicates:
         first = first_finish[rid]
         kill = kills.get(first.pid)
+        uncommitted_at_kill = False
         if kill is not None and kill.committed is not None:
             # Exact: a new owner resumes from what the victim had committed when it died.
             cursor, finished = kill.committed.get(first.partition, (0, frozenset()))
             if first.offset >= cursor and first.offset not in finished:
+                uncommitted_at_kill = True
                 kill.redone_uncommitted += 1
                 result.late_commit_duplicates += (first.pid, rid) not in at_risk
         if (first.pid, rid) in at_risk:
@@ -122,6 +124,22 @@ def account_duplicates(
             and states.longest_stable(first.end, redo) * 1e9 < window
         ):
             result.rebalance_duplicates += 1
+            continue
+        # The same, when the member died before the rebalance ended: a member waiting in the
+        # rebalance (its JoinGroup held by the coordinator until every member rejoined or timed
+        # out) gets no commit through, so what it finished then is lost with it, however late
+        # the new owner comes to redo it (a slow key's records wait for the key's earlier
+        # ones). Bounded by the kill, and only for records the commits read right after the
+        # kill show uncommitted: a redo of a record the victim had committed is still a finding.
+        if (
+            states is not None
+            and kill is not None
+            and uncommitted_at_kill
+            and redo is not None
+            and first.end <= kill.t_fault < redo
+            and states.longest_stable(first.end, kill.t_fault) * 1e9 < window
+        ):
+            result.killed_in_rebalance_duplicates += 1
             continue
         result.unexplained_duplicates.append(
             f"{rid!r}: first finished by pid {first.pid} at "

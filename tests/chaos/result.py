@@ -47,6 +47,8 @@ class ChaosResult:
     logs: Path | None = None
     group_states: GroupStates | None = None
     rebalance_duplicates: int = 0  # the group rebalanced from their finish to their redo
+    # the group rebalanced from their finish to their member's kill, uncommitted at the kill
+    killed_in_rebalance_duplicates: int = 0
 
     @property
     def in_flight(self) -> int:
@@ -105,6 +107,8 @@ class ChaosResult:
             f"commit window before the kill {self.late_commit_duplicates}",
             f"  redone because the group rebalanced from their finish to their hand-over (commits "
             f"refused): {self.rebalance_duplicates}",
+            f"  redone because their member was killed before the group's rebalance ended "
+            f"(commits held back; uncommitted at the kill): {self.killed_in_rebalance_duplicates}",
             f"zombie calls (still running when their member's session or partition was gone; "
             f"the documented exception): {self.zombie_calls}, of them after a lost partition "
             f"{self.lost_partition_zombies}; duplicates after a lost partition "

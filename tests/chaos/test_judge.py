@@ -93,3 +93,50 @@ def test_starts_of_a_stalled_member_before_it_noticed_the_expiry_are_taken_out()
     kept, found = _drop_zombie_starts([*frozen, *zombie, *later], [stall])
     assert kept == [*frozen, *later]
     assert len(found) == 1 and "seq 2" in found[0]
+
+
+def _killed_mid_rebalance(
+    committed: dict[int, tuple[int, frozenset[int]]], group: GroupStates
+) -> tuple[ChaosResult, Fault]:
+    """The run of issue 14's partition mode: the victim finished offset 101 at 6.1 s while its
+    group rebalanced (5 s to 20 s), was killed at 10 s, and the new owner, stable from 20 s,
+    came to offset 101 only at 24 s (a slow key: its earlier records first)."""
+    kill = Fault("member_kill", 0.0, pid=1, t_fault=10 * S)
+    kill.committed = committed
+    first = Call(1, (KEY, 1), start=6 * S, end=int(6.1 * S), kind="E", partition=0, offset=101)
+    redo = Call(2, (KEY, 1), start=24 * S, end=int(24.2 * S), kind="E", partition=0, offset=101)
+    return judge(first, redo, group, [kill]), kill
+
+
+REBALANCE_UNTIL_20S = ((0, 5, True), (5, 20, False), (20, 30, True))
+
+
+def test_a_member_killed_before_the_rebalance_ended_excuses_its_uncommitted_records() -> None:
+    """Its commits could not go through from the record's finish to its death; the stable
+    stretch before the late redo came after the kill and could not help it."""
+    result, kill = _killed_mid_rebalance({0: (100, frozenset())}, states(*REBALANCE_UNTIL_20S))
+    assert kill.redone_uncommitted == 1
+    assert result.killed_in_rebalance_duplicates == 1
+    assert result.rebalance_duplicates == 0
+    assert not result.unexplained_duplicates
+    assert "killed before the group's rebalance ended" in result.report()
+
+
+def test_a_record_the_killed_member_had_committed_is_still_a_finding() -> None:
+    """Committed (as a finished offset above the cursor) before the kill, yet redone: the new
+    owner did not honour the commit, whatever the group's state."""
+    committed = {0: (100, frozenset({101}))}
+    result, kill = _killed_mid_rebalance(committed, states(*REBALANCE_UNTIL_20S))
+    assert kill.redone_uncommitted == 0
+    assert result.killed_in_rebalance_duplicates == 0
+    assert len(result.unexplained_duplicates) == 1
+
+
+def test_a_stable_commit_window_before_the_kill_is_a_finding() -> None:
+    """Stable from 6.5 s to 9.5 s: the victim had a commit window before it died."""
+    group = states(
+        (0, 5, True), (5, 6.5, False), (6.5, 9.5, True), (9.5, 20, False), (20, 30, True)
+    )
+    result, _ = _killed_mid_rebalance({0: (100, frozenset())}, group)
+    assert result.killed_in_rebalance_duplicates == 0
+    assert len(result.unexplained_duplicates) == 1
