@@ -30,18 +30,16 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from coordinator.assignment import AssignmentChange
-from coordinator.cursors import CursorWriter, read_cursors
-from coordinator.errors import CoordinatorError, Fenced
+from coordinator.cursors import read_cursors
 from coordinator.leases import Lease
 from coordinator.members import MemberInfo
+from coordinator.plug.held_ranges import HeldRanges
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
     Decoded,
-    idle,
     kafka_bases,
     low_watermarks,
     partitions_of,
-    range_cursor,
     stored_cursors,
     token_lookup,
 )
@@ -84,6 +82,7 @@ class KeySharedMember:
         self._filter = KeyFilter(self._options.key_filters)
         self._ordered_nulls = self._options.null_keys_ordered
         self._leases = zk.range_leases(self._group, self._me)
+        self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
         self._consumer: Any = None
         self._events: MembershipEvents | None = None
         self._partitions: list[TP] = []
@@ -91,18 +90,16 @@ class KeySharedMember:
         self._claims: dict[TP, PartitionClaims] = {}
         self._desired: tuple[SlotRange, ...] = ()
         self._generation = 0
-        self._held: dict[SlotRange, Lease] = {}
-        self._writers: dict[SlotRange, CursorWriter] = {}
-        # Leases given up but not released yet: their stragglers, and their writer, whose
-        # final cursors must reach ZooKeeper before the next owner may read them.
-        self._releasing: list[tuple[Lease, list[PartitionState], CursorWriter | None]] = []
-        self._written: dict[tuple[SlotRange, TP], tuple[int, str]] = {}
+        self._held = HeldRanges(
+            self._leases,
+            lambda lease: zk.cursor_writer(self._group, lease),
+            self._gate.metrics.fenced,
+        )
         self._next_watermark = 0.0
         self._assign_retry_at: float | None = None
         self._regain_at: float | None = None  # granted ranges wait until then to be read
         self._decoded: Decoded = {}  # the last read's decoded cursors (see stored_cursors)
         self._flushed = True  # did every cursor write since the last drain go through?
-        self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
         self._queue = LeaseQueue(self._leases, context.inbox, self._gate.metrics, self._granted)
         self._leader: Any = None
         self._watch: Any = None
@@ -138,25 +135,7 @@ class KeySharedMember:
         regain_at = self._regain_at
         if regain_at is not None and time.monotonic() >= regain_at and not self._gate.lost:
             self._rebuild(drop=[])
-        if not self._releasing:
-            return
-        with self._dispatcher.lock:
-            done = [item for item in self._releasing if idle(item[1])]
-        for item in done:
-            if self._gate.suspended:
-                return  # a release needs the connection; the session may yet come back
-            lease, _states, writer = item
-            try:
-                if writer is not None and writer.pending:
-                    writer.flush()  # its last cursors first, or the next owner replays them
-                self._leases.release(lease)
-            except Fenced:
-                log.error("range %s: lease lost before its release", lease.key)
-            except Exception as exc:  # connection lost meanwhile: try again next tick
-                log.warning("releasing the lease of %s failed (%r); retrying", lease.key, exc)
-                return
-            self._releasing.remove(item)
-            log.info("range %s: lease released", lease.key)
+        self._held.release_finished(self._dispatcher.lock, self._gate.suspended)
 
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""
@@ -168,11 +147,7 @@ class KeySharedMember:
             # the last to leave sees every other member's final cursors.
             self._commit_low_watermark(wait=True)
         self._queue.cancel_all()
-        for lease in self._held.values():
-            with contextlib.suppress(Exception):
-                self._leases.release(lease)
-        self._held.clear()
-        self._writers.clear()
+        self._held.release_all()
         self._gate.stop()
         with contextlib.suppress(Exception):
             if self._membership is not None:
@@ -223,44 +198,21 @@ class KeySharedMember:
 
     def _flush(self, states: list[PartitionState], force: bool) -> bool:
         """Write each held range's cursor in every partition: one fenced transaction a range."""
-        if not self._writers or not states:
+        if not self._held or not states:
             return not self._held or not states
         with self._dispatcher.lock:
-            snapshot = [
+            progress = [
                 (s.tp, s.window.safe_cursor, s.window.finished_above_cursor())
                 for s in states
                 if s.window is not None
             ]
-        ok = True
-        fenced: list[SlotRange] = []
-        for slots, writer in list(self._writers.items()):
-            for tp, cursor, finished in snapshot:
-                computed = range_cursor(slots, self._claims.get(tp), cursor, finished)
-                if computed is None:
-                    continue  # granted, not read yet: its stored cursor stands
-                if not force and self._written.get((slots, tp)) == computed:
-                    continue
-                writer.stage(tp[0], tp[1], *computed)
-                self._written[(slots, tp)] = computed
-            if self._gate.suspended:
-                # The session may be gone: keep the cursors staged (a rebuild must not read
-                # older ones) and write them once ZooKeeper answers again.
-                ok = False
-                for tp, *_ in snapshot:
-                    self._written.pop((slots, tp), None)
-                continue
-            try:
-                writer.flush()
-            except Fenced:
-                ok = False
-                fenced.append(slots)
-            except Exception as exc:
-                ok = False
-                for tp, *_ in snapshot:
-                    self._written.pop((slots, tp), None)
-                log.warning("writing the cursors of range %s failed: %r", slots, exc)
-        for slots in fenced:
-            self._range_fenced(slots)
+        ok, fenced = self._held.write(
+            progress, self._claims, force=force, suspended=self._gate.suspended
+        )
+        if fenced:
+            # Someone else may hold those ranges now; what else is held is re-read from its
+            # cursors once the current step (perhaps a drain) is over.
+            self._ctx.inbox.post(self._restart_after_fence)
         self._flushed = self._flushed and ok
         return ok
 
@@ -305,8 +257,7 @@ class KeySharedMember:
         if self._closing or self._gate.lost or slots not in self._desired:
             self._leases.release(lease)
             return
-        self._held[slots] = lease
-        self._writers[slots] = self._zk.cursor_writer(self._group, lease)
+        self._held.add(slots, lease)
         # A read from the cursors drains the whole member and costs ZooKeeper and broker round
         # trips. A plan moves several ranges at once and their grants arrive one by one: read
         # once when the last one is in, or half a second after the first, not once per grant
@@ -327,27 +278,13 @@ class KeySharedMember:
         drained = events.revoked(list(self._assigned)) if self._assigned else True
         committed = self._flushed
         for slots in drop:
-            lease = self._held.pop(slots, None)
-            writer = self._writers.pop(slots, None)
-            if lease is None:
-                continue  # fenced while draining: the lease is gone already
-            if drained and committed and not self._gate.suspended:
-                try:
-                    self._leases.release(lease)
-                except Exception as exc:
-                    log.warning("releasing the lease of %s failed (%r); retrying", slots, exc)
-                    self._releasing.append((lease, [], writer))
-            elif drained:
-                # The final cursor write failed (ZooKeeper unreachable): the writer keeps the
-                # cursors staged; ``tick`` writes them, then releases.
-                self._releasing.append((lease, [], writer))
-            else:
-                log.warning(
-                    "range %s: drain timed out; its lease is kept until the records still "
-                    "running there finish, so the next owner cannot overlap them",
-                    slots,
-                )
-                self._releasing.append((lease, old_states, writer))
+            self._held.give_up(
+                slots,
+                drained=drained,
+                committed=committed,
+                suspended=self._gate.suspended,
+                stragglers=old_states,
+            )
         self._assign_from_cursors()
 
     def _assign_from_cursors(self) -> None:
@@ -369,9 +306,12 @@ class KeySharedMember:
     def _assign_now(self) -> None:
         events = self._events
         assert events is not None
-        self._write_pending()
+        # Staged cursors first: the stored ones are older, and reading them over this member's
+        # own progress would replay records (found by the chaos run). Raises if they cannot
+        # be written yet: the caller reads nothing and retries.
+        self._held.write_pending(self._gate.suspended)
         self._regain_at = None  # every range held now is read below
-        held = [(slots, lease.token) for slots, lease in self._held.items()]
+        held = self._held.tokens()
         self._claims = {}
         if held:
             self._claims = self._read_claims(held)
@@ -402,21 +342,6 @@ class KeySharedMember:
             ", ".join(f"{t.topic}[{t.partition}]@{t.offset}" for t in targets) or "nothing",
         )
 
-    def _write_pending(self) -> None:
-        """Write the cursors still staged before reading the stored ones: those are older,
-        and starting from them would replay what this member has finished (found by the
-        chaos run). Raises if they cannot be written yet: the caller reads nothing and
-        retries."""
-        for slots, writer in list(self._writers.items()):
-            if not writer.pending:
-                continue
-            if self._gate.suspended:
-                raise CoordinatorError(f"range {slots}: cursors not written, ZooKeeper away")
-            try:
-                writer.flush()
-            except Fenced:
-                self._forget_fenced(slots)  # not read below: nothing to restart
-
     def _read_claims(self, held: list[tuple[SlotRange, int]]) -> dict[TP, PartitionClaims]:
         decoded: Decoded = {}
         stored = stored_cursors(
@@ -432,19 +357,6 @@ class KeySharedMember:
 
     # -- losing ranges without a drain --------------------------------------------------------
 
-    def _range_fenced(self, slots: SlotRange) -> None:
-        """A cursor write found the lease gone: someone else may hold the range now. Stop it
-        at once and write nothing more for it; what else is held is re-read from its cursors
-        once the current step (perhaps a drain) is over."""
-        self._forget_fenced(slots)
-        self._ctx.inbox.post(self._restart_after_fence)
-
-    def _forget_fenced(self, slots: SlotRange) -> None:
-        log.error("range %s: lease lost (fenced); stopping it without committing", slots)
-        self._gate.metrics.fenced()
-        self._held.pop(slots, None)
-        self._writers.pop(slots, None)
-
     def _restart_after_fence(self) -> None:
         if not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # drains first: no record runs twice at once in this member
@@ -455,8 +367,6 @@ class KeySharedMember:
         assert events is not None
         self._queue.cancel_all()
         self._held.clear()
-        self._writers.clear()
-        self._written.clear()
         self._claims = {}
         old_states = [events.states[tp] for tp in self._assigned if tp in events.states]
         if self._assigned:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from coordinator.plug import key_shared
+from coordinator.plug.held_ranges import HeldRanges
 from coordinator.plug.key_shared import KeySharedMember
 from keyshared.core.slots import SlotRange
 
@@ -40,14 +41,12 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
         "_closing": False,
         "_gate": SimpleNamespace(lost=False, suspended=False),
         "_desired": tuple(RANGES),
-        "_held": {},
-        "_writers": {},
-        "_releasing": [],
+        "_held": HeldRanges(SimpleNamespace(), lambda lease: object(), lambda: None),  # type: ignore[arg-type, return-value]
         "_assign_retry_at": None,
         "_regain_at": None,
         "_queue": Queue(waiting),
-        "_zk": SimpleNamespace(cursor_writer=lambda group, lease: object()),
         "_group": "g",
+        "_dispatcher": SimpleNamespace(lock=None),  # nothing given up: never taken
     }
     for name, value in fields.items():
         setattr(m, name, value)

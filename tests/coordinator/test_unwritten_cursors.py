@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from coordinator.errors import CoordinatorError, Fenced
+from coordinator.plug.held_ranges import HeldRanges
 from coordinator.plug.key_shared import KeySharedMember
 from keyshared.core.slots import SlotRange
 
@@ -42,18 +43,27 @@ class Writer:
         return 1
 
 
-def member(log: list[str], writer: Writer) -> KeySharedMember:
+def held_ranges(log: list[str], *writers: Writer) -> HeldRanges:
+    """Ranges 0-99, 100-199, ... held, each with the next of ``writers``."""
+    leases = SimpleNamespace(release=lambda lease: log.append("released"))
+    queue = list(writers)
+    held = HeldRanges(leases, lambda lease: queue.pop(0), lambda: None)  # type: ignore[arg-type, return-value]
+    for i in range(len(writers)):
+        slots = SlotRange(100 * i, 100 * i + 99)
+        held.add(slots, SimpleNamespace(token=7 + i, key=str(slots)))  # type: ignore[arg-type]
+    return held
+
+
+def member(log: list[str], *writers: Writer) -> KeySharedMember:
     m = KeySharedMember.__new__(KeySharedMember)
     fields: dict[str, Any] = {
         "_closing": False,
         "_gate": SimpleNamespace(
             lost=False,
             suspended=False,
-            metrics=SimpleNamespace(fenced=lambda: None, owned=lambda *a, **k: None),
+            metrics=SimpleNamespace(owned=lambda *a, **k: None),
         ),
-        "_held": {RANGE: SimpleNamespace(token=7, key="0-99")},
-        "_writers": {RANGE: writer},
-        "_releasing": [],
+        "_held": held_ranges(log, *writers),
         "_assign_retry_at": None,
         "_regain_at": None,
         "_assigned": [],
@@ -63,7 +73,6 @@ def member(log: list[str], writer: Writer) -> KeySharedMember:
         "_me": "M",
         "_ctx": SimpleNamespace(topics=[]),
         "_generation": 1,
-        "_leases": SimpleNamespace(release=lambda lease: log.append("released")),
         "_dispatcher": SimpleNamespace(lock=_NoLock()),
     }
     for name, value in fields.items():
@@ -102,13 +111,11 @@ def test_stored_cursors_are_not_read_while_newer_ones_are_unwritten() -> None:
 
 def test_a_fenced_range_is_dropped_and_the_rest_is_read() -> None:
     log: list[str] = []
-    m = member(log, Writer(log, fail=Fenced))
-    other, up_to_date = SlotRange(100, 199), Writer(log, fail=None)
+    up_to_date = Writer(log, fail=None)
     up_to_date.pending = 0
-    m._held[other] = SimpleNamespace(token=8, key="100-199")  # type: ignore[assignment]
-    m._writers[other] = up_to_date  # type: ignore[assignment]
+    m = member(log, Writer(log, fail=Fenced), up_to_date)
     m._assign_from_cursors()
-    assert RANGE not in m._held and RANGE not in m._writers
+    assert RANGE not in m._held and SlotRange(100, 199) in m._held
     assert log == ["write failed", "read stored cursors", "assign"]
     assert m._assign_retry_at is None
 
@@ -116,13 +123,13 @@ def test_a_fenced_range_is_dropped_and_the_rest_is_read() -> None:
 def test_a_dropped_range_writes_its_last_cursors_before_its_release() -> None:
     log: list[str] = []
     writer = Writer(log, fail=CoordinatorError)
-    m = member(log, writer)
-    lease = m._held.pop(RANGE)
-    m._writers.pop(RANGE)
-    m._releasing.append((lease, [], writer))  # type: ignore[arg-type]
-    m.tick()
+    held = held_ranges(log, writer)
+    held.give_up(RANGE, drained=True, committed=False, suspended=False, stragglers=[])
+    assert RANGE not in held
+    held.release_finished(_NoLock(), suspended=False)
     assert "released" not in log, "released before its cursors were written"
     writer.fail = None
-    m.tick()
+    held.release_finished(_NoLock(), suspended=False)
     assert log[-2:] == ["written", "released"]
-    assert m._releasing == []
+    held.release_finished(_NoLock(), suspended=False)
+    assert log.count("released") == 1

@@ -1,0 +1,219 @@
+"""The slot ranges a ``key_shared`` member holds: their leases, their cursor writers, and the
+ranges given up whose leases are not released yet.
+
+They live apart from the member because one rule binds them, and it is easiest to check in one
+place: **a range's cursors reach ZooKeeper before anyone reads them**. The member's own re-read
+waits for its staged cursors (:meth:`HeldRanges.write_pending`), and a range given up keeps its
+lease until its last cursors are written and its stragglers have finished
+(:meth:`HeldRanges.give_up`, :meth:`HeldRanges.release_finished`). The chaos runs found both
+ways of breaking it: re-reading older cursors over one's own progress replays records, and
+releasing before the last write hands the next owner an older cursor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from coordinator.cursors import CursorWriter
+from coordinator.errors import CoordinatorError, Fenced
+from coordinator.leases import Lease, RangeLeases
+from coordinator.plug.range_cursors import idle, range_cursor
+from keyshared.core.claims import PartitionClaims
+from keyshared.core.slots import SlotRange
+
+if TYPE_CHECKING:
+    from keyshared.kafka.partition import PartitionState
+
+__all__ = ["HeldRanges", "Progress"]
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+Progress = tuple[TP, int, list[int]]  # partition, safe cursor, finished above it
+
+
+@dataclass
+class _GivenUp:
+    lease: Lease
+    stragglers: list[PartitionState]  # still running there: the lease waits for them
+    writer: CursorWriter | None  # its last cursors, if they could not be written yet
+
+
+class HeldRanges:
+    """Leases and cursor writers of the ranges held, keyed by range (see the module docstring).
+
+    :param leases: the member's range leases (release goes through them).
+    :param writer_of: a new cursor writer for a granted lease.
+    :param on_fenced: called for a range whose lease was found gone (a metric).
+    """
+
+    def __init__(
+        self,
+        leases: RangeLeases,
+        writer_of: Callable[[Lease], CursorWriter],
+        on_fenced: Callable[[], None],
+    ) -> None:
+        self._leases = leases
+        self._writer_of = writer_of
+        self._on_fenced = on_fenced
+        self.leases: dict[SlotRange, Lease] = {}
+        self._writers: dict[SlotRange, CursorWriter] = {}
+        self._written: dict[tuple[SlotRange, TP], tuple[int, str]] = {}
+        self._given_up: list[_GivenUp] = []
+
+    def __contains__(self, slots: object) -> bool:
+        return slots in self.leases
+
+    def __iter__(self) -> Iterator[SlotRange]:
+        return iter(list(self.leases))
+
+    def __len__(self) -> int:
+        return len(self.leases)
+
+    def tokens(self) -> list[tuple[SlotRange, int]]:
+        return [(slots, lease.token) for slots, lease in self.leases.items()]
+
+    def add(self, slots: SlotRange, lease: Lease) -> None:
+        self.leases[slots] = lease
+        self._writers[slots] = self._writer_of(lease)
+
+    # -- writing cursors --------------------------------------------------------------------
+
+    def write(
+        self,
+        progress: Sequence[Progress],
+        claims: dict[TP, PartitionClaims],
+        *,
+        force: bool,
+        suspended: bool,
+    ) -> tuple[bool, list[SlotRange]]:
+        """Stage each held range's cursor in every partition and write them: one fenced
+        transaction a range. While ZooKeeper is away (``suspended``) they stay staged.
+
+        :return: whether every write went through, and the ranges found fenced (forgotten
+            here; the caller decides what else to stop).
+        """
+        ok = True
+        fenced: list[SlotRange] = []
+        for slots, writer in list(self._writers.items()):
+            for tp, cursor, finished in progress:
+                computed = range_cursor(slots, claims.get(tp), cursor, finished)
+                if computed is None:
+                    continue  # granted, not read yet: its stored cursor stands
+                if not force and self._written.get((slots, tp)) == computed:
+                    continue
+                writer.stage(tp[0], tp[1], *computed)
+                self._written[(slots, tp)] = computed
+            if suspended:
+                ok = False  # written once ZooKeeper answers again
+                self._forget_written(slots, progress)
+                continue
+            try:
+                writer.flush()
+            except Fenced:
+                ok = False
+                fenced.append(slots)
+            except Exception as exc:
+                ok = False
+                self._forget_written(slots, progress)
+                log.warning("writing the cursors of range %s failed: %r", slots, exc)
+        for slots in fenced:
+            self.forget(slots)
+        return ok, fenced
+
+    def write_pending(self, suspended: bool) -> None:
+        """Write the cursors still staged. A re-read calls it first: the stored cursors are
+        older, and starting from them would replay what this member has finished. A fenced
+        range is forgotten; raises if the rest cannot be written yet."""
+        for slots, writer in list(self._writers.items()):
+            if not writer.pending:
+                continue
+            if suspended:
+                raise CoordinatorError(f"range {slots}: cursors not written, ZooKeeper away")
+            try:
+                writer.flush()
+            except Fenced:
+                self.forget(slots)
+
+    def _forget_written(self, slots: SlotRange, progress: Sequence[Progress]) -> None:
+        for tp, *_ in progress:
+            self._written.pop((slots, tp), None)
+
+    # -- giving ranges up ---------------------------------------------------------------------
+
+    def give_up(
+        self,
+        slots: SlotRange,
+        *,
+        drained: bool,
+        committed: bool,
+        suspended: bool,
+        stragglers: list[PartitionState],
+    ) -> None:
+        """Stop holding ``slots`` after a drain. Its lease is released now if the drain ended
+        and its last cursors were written; otherwise when :meth:`release_finished` finds the
+        stragglers done and the cursors written."""
+        lease = self.leases.pop(slots, None)
+        writer = self._writers.pop(slots, None)
+        if lease is None:
+            return  # fenced while draining: the lease is gone already
+        if drained and committed and not suspended:
+            try:
+                self._leases.release(lease)
+                return
+            except Exception as exc:
+                log.warning("releasing the lease of %s failed (%r); retrying", slots, exc)
+        elif not drained:
+            log.warning(
+                "range %s: drain timed out; its lease is kept until the records still "
+                "running there finish, so the next owner cannot overlap them",
+                slots,
+            )
+        self._given_up.append(_GivenUp(lease, [] if drained else stragglers, writer))
+
+    def release_finished(self, lock: Any, suspended: bool) -> None:
+        """Release the leases given up whose stragglers have finished, once their last
+        cursors are written (``tick``)."""
+        if not self._given_up or suspended:
+            return  # a release needs the connection; the session may yet come back
+        with lock:
+            done = [item for item in self._given_up if idle(item.stragglers)]
+        for item in done:
+            try:
+                if item.writer is not None and item.writer.pending:
+                    item.writer.flush()  # its last cursors first, or the next owner replays
+                self._leases.release(item.lease)
+            except Fenced:
+                log.error("range %s: lease lost before its release", item.lease.key)
+            except Exception as exc:  # connection lost meanwhile: try again next tick
+                log.warning("releasing the lease of %s failed (%r); retrying", item.lease.key, exc)
+                return
+            self._given_up.remove(item)
+            log.info("range %s: lease released", item.lease.key)
+
+    # -- losing ranges ------------------------------------------------------------------------
+
+    def forget(self, slots: SlotRange) -> None:
+        """The lease is gone (fenced): stop speaking for the range, write nothing more."""
+        log.error("range %s: lease lost (fenced); stopping it without committing", slots)
+        self._on_fenced()
+        self.leases.pop(slots, None)
+        self._writers.pop(slots, None)
+
+    def clear(self) -> None:
+        """The session expired: every lease went with it."""
+        self.leases.clear()
+        self._writers.clear()
+        self._written.clear()
+
+    def release_all(self) -> None:
+        """Leaving: give every range up, as far as ZooKeeper lets us."""
+        for lease in self.leases.values():
+            with contextlib.suppress(Exception):
+                self._leases.release(lease)
+        self.leases.clear()
+        self._writers.clear()
