@@ -106,6 +106,10 @@ class PartitionState:
     commit_sent: tuple[int, str] | None = None  # last (cursor, metadata) sent, maybe unconfirmed
     already_done: frozenset[int] = frozenset()
     high_watermark: int | None = None
+    # The consumer's position when the partition was assigned. librdkafka keeps reporting the
+    # previous fetch's position after a partition is assigned again at a lower offset, until
+    # the new fetch delivers: that value proves nothing about offsets never delivered.
+    stale_position: int | None = None
     # -- set once at assignment, read by workers
     fencing: Callable[[bytes | None, int], int | None] | None = None  # (key, offset) -> token
     # -- dispatcher lock

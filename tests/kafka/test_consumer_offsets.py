@@ -166,3 +166,42 @@ def test_compacted_topic_does_not_stall_the_cursor(
     )
     print(f"compacted: {remaining} of {total} records left, {gaps} gaps in the offsets seen")
     assert gaps > 0
+
+
+def test_librdkafka_reports_the_old_position_after_a_reassignment_lower_down(
+    kafka_bootstrap: str, new_topic, new_group
+) -> None:
+    """Why the poll loop distrusts a position equal to the one at assignment
+    (``test_poll_loop.py::test_a_stale_position_after_a_reassignment_never_moves_the_cursor``):
+    assigned again at a lower offset, the consumer reports where the previous fetch stood
+    until the new fetch delivers. If librdkafka ever changes this, the guard costs nothing."""
+    topic = new_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(300):
+        producer.produce(topic, key=b"k%d" % (i % 7), value=b"v")
+    producer.flush(30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": new_group("stale"),
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 100)])
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < 200 and time.monotonic() < deadline:
+            got += len(consumer.consume(200, 1.0))
+        assert got == 200
+        (before,) = consumer.position([TopicPartition(topic, 0)])
+        consumer.assign([TopicPartition(topic, 0, 150)])
+        (after,) = consumer.position([TopicPartition(topic, 0)])
+        first = consumer.consume(1, 10.0)
+        (delivered,) = consumer.position([TopicPartition(topic, 0)])
+    finally:
+        consumer.close()
+    assert before.offset == 300
+    assert after.offset == 300, "librdkafka now resets the position on assign"
+    assert [m.offset() for m in first] == [150]
+    assert delivered.offset == 151

@@ -173,3 +173,38 @@ def test_the_loop_serves_the_inbox_it_was_given_even_while_it_is_empty() -> None
     h.fake.then(h.stop.set)
     h.run()
     assert ran.is_set()
+
+
+def test_a_stale_position_after_a_reassignment_never_moves_the_cursor() -> None:
+    """Right after a partition is assigned again at a lower offset (a key_shared member
+    re-reading from its ranges' cursors), librdkafka's ``position()`` still reports where the
+    previous fetch stood (``test_consumer_offsets`` shows it on the real broker). The loop
+    once took it for offsets skipped by transaction markers: the window's cursor jumped past
+    records never run, and the member crashed when they arrived (the 30-minute chaos run
+    lost 3,313 records so)."""
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01))
+    observed: list[int] = []
+    observe = h.loop._observe_positions
+
+    def counting() -> None:
+        observe()
+        observed.append(1)
+
+    h.loop._observe_positions = counting  # type: ignore[method-assign]
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(0, range(0, 10)))
+    h.fake.then(lambda: [h.finish(o) for o in range(10)])
+    h.fake.then_revoke(T0)
+    h.fake.then_assign(T0, committed={T0: (5, "")})  # re-read from an older cursor
+    reassigned_at: list[int] = []
+    h.fake.then(lambda: (observed.clear(), reassigned_at.append(len(h.fake.commits))))
+    h.fake.then_wait_for(lambda: len(observed) >= 3)  # the position (10) is observed, stale
+    h.fake.then(lambda: h.loop.committer.commit_async(h.loop.states.values()))
+    h.fake.then(lambda: reassigned_at.append(len(h.fake.commits)))
+    h.fake.then_deliver(keyed(0, range(5, 10)))
+    h.fake.then(lambda: [h.finish(o) for o in range(5, 10)])
+    h.fake.then(h.stop.set)
+    h.run()
+    assert h.committed(0) == 10  # 5-9 ran again (finish() fails for a record not dispatched)
+    before_redelivery = h.fake.commits[reassigned_at[0] : reassigned_at[1]]
+    assert all(offset <= 5 for c in before_redelivery for _, _, offset, _ in c.offsets)
