@@ -8,23 +8,20 @@ options, runs the loop, and tears everything down in the right order.
 
 from __future__ import annotations
 
-import collections
 import inspect
 import itertools
 import logging
 import os
-import re
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from keyshared.core.poison import PoisonPolicy
 from keyshared.core.redaction import shown_key
-from keyshared.errors import ConfigurationError, KeySharedError, UnreachableError
+from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.dlq import DeadLetterWriter
 from keyshared.kafka.execution import RecordExecutor
@@ -34,6 +31,7 @@ from keyshared.kafka.poll_loop import PollLoop
 from keyshared.kafka.pull import PullQueue
 from keyshared.kafka.scheduler import Scheduler
 from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox, Runner
+from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
 from keyshared.kafka.workers import AsyncRunner, ThreadWorkers
 from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
 from keyshared.record import Record
@@ -43,7 +41,6 @@ __all__ = ["KeySharedConsumer"]
 
 log = logging.getLogger(__name__)
 _member_seq = itertools.count(1)
-_RETRY_TIMING = re.compile(r"\s*\(after \d+ms in state \w+\)")
 _NEEDS_KEYSTATE = (PoisonPolicy.BLOCK, PoisonPolicy.BLOCK_AND_DEAD_LETTER, PoisonPolicy.PARK)
 
 
@@ -135,11 +132,10 @@ class KeySharedConsumer:
         self._stop = threading.Event()
         self._loop: PollLoop | None = None
         self._ran = False
-        # The client's recent errors (authentication, transport), quoted when start-up fails:
-        # "did not answer" alone cannot tell a stopped broker from refused credentials.
-        self._client_errors: collections.deque[str] = collections.deque(maxlen=3)
+        user_error_cb = self._config.get("error_cb")
+        self._client_errors = ClientErrors(user_error_cb if callable(user_error_cb) else None)
         # Built now so that a bad librdkafka property fails here, naming it, not in run().
-        self._consumer = _build_consumer(self._config, self._on_commit, self._on_client_error)
+        self._consumer = build_consumer(self._config, self._on_commit, self._client_errors)
         self._started = threading.Event()
         self._dispatcher: Dispatcher | None = None
         self._keystate: KeyStateStore | None = None
@@ -161,7 +157,14 @@ class KeySharedConsumer:
                 raise KeySharedError("run() can be called once per KeySharedConsumer")
             self._ran = True
         try:
-            reachable = self._check_reachable()
+            reachable = check_reachable(
+                self._consumer,
+                self.topics,
+                self._config,
+                self.options.startup_timeout,
+                self._stop,
+                self._client_errors,
+            )
         except BaseException:
             self._consumer.close()
             raise
@@ -386,57 +389,6 @@ class KeySharedConsumer:
                 return
         self._release_local(topic, partition, key, retry=False)
 
-    def _check_reachable(self) -> bool:
-        """Fail clearly and within a bound if the broker does not answer or a topic is missing.
-
-        Asks in one-second slices so that :meth:`stop` during startup is honoured at once;
-        returns False when stopped before the broker answered.
-        """
-        timeout = self.options.startup_timeout
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._stop.is_set():
-                return False
-            try:
-                metadata = self._consumer.list_topics(
-                    timeout=max(0.1, min(1.0, deadline - time.monotonic()))
-                )
-                break
-            except KafkaException as exc:
-                self._consumer.poll(0)  # serves error_cb: why the broker did not answer
-                if time.monotonic() >= deadline:
-                    raise UnreachableError(self._unreachable_message(timeout, exc)) from None
-        missing = [t for t in self.topics if not t.startswith("^") and t not in metadata.topics]
-        if missing:
-            raise ConfigurationError(
-                "topics", f"topic(s) not found on the broker: {', '.join(missing)}"
-            )
-        return True
-
-    def _unreachable_message(self, timeout: float, exc: KafkaException) -> str:
-        """Name the address, the bound, what librdkafka said, and what to check."""
-        errors = "; ".join(dict.fromkeys(self._client_errors)) or "no error reported"
-        secured = str(self._config.get("security.protocol", "plaintext")).lower()
-        return (
-            f"Kafka at {self._config['bootstrap.servers']} did not answer within {timeout:g}s "
-            f"({exc.args[0] if exc.args else exc}; client errors: {errors}); is the broker "
-            f"running and reachable, and does security.protocol={secured} (with its sasl.* / "
-            "ssl.* settings) match the listener?"
-        )
-
-    def _on_client_error(self, err: Any) -> None:
-        text = err.str() if hasattr(err, "str") else str(err)
-        # "(after 301ms in state AUTH_REQ)" differs per retry; without it repeats collapse.
-        self._client_errors.append(_RETRY_TIMING.sub("", text))
-        user_callback = self._user_error_cb
-        if user_callback is not None:
-            user_callback(err)
-
-    @property
-    def _user_error_cb(self) -> Callable[[Any], None] | None:
-        callback = self._config.get("error_cb")
-        return callback if callable(callback) else None
-
     def _on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
         if self._loop is not None:
             self._loop.committer.on_commit(err, partitions)
@@ -447,19 +399,3 @@ def _nudge(runner: Runner, executor: RecordExecutor) -> None:
     idle threads take records queued behind a slow handler."""
     executor.settlements.flush_stale()
     runner.nudge()
-
-
-def _build_consumer(
-    config: dict[str, Any], on_commit: Callable[..., None], on_error: Callable[[Any], None]
-) -> Any:
-    """The confluent-kafka consumer, or a ConfigurationError naming the bad property.
-
-    ``on_error`` replaces the user's ``error_cb`` and calls it in turn.
-    """
-    try:
-        return Consumer({**config, "on_commit": on_commit, "error_cb": on_error})
-    except (KafkaException, ValueError, TypeError) as exc:
-        message = str(exc.args[0] if exc.args else exc)
-        quoted = re.search(r'"([^"]+)"', message)
-        prop = quoted.group(1) if quoted else "config"
-        raise ConfigurationError(prop, message) from None
