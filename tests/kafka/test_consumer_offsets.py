@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, Producer, TopicPartition
 
 import keyshared
 from keyshared.dev.testing import unique_name
@@ -173,8 +173,10 @@ def test_librdkafka_reports_the_old_position_after_a_reassignment_lower_down(
 ) -> None:
     """Why the poll loop distrusts a position equal to the one at assignment
     (``test_poll_loop.py::test_a_stale_position_after_a_reassignment_never_moves_the_cursor``):
-    assigned again at a lower offset, the consumer reports where the previous fetch stood
-    until the new fetch delivers. If librdkafka ever changes this, the guard costs nothing."""
+    assigned again at a lower offset, the consumer may report where the previous fetch stood
+    until the new fetch delivers (or no position, depending on whether its fetcher has
+    processed the assignment yet: both happen). If librdkafka ever changes this, the guard
+    costs nothing."""
     topic = new_topic(partitions=1)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for i in range(300):
@@ -202,6 +204,6 @@ def test_librdkafka_reports_the_old_position_after_a_reassignment_lower_down(
     finally:
         consumer.close()
     assert before.offset == 300
-    assert after.offset == 300, "librdkafka now resets the position on assign"
+    assert after.offset in (300, OFFSET_INVALID), "the position is the new one before a fetch"
     assert [m.offset() for m in first] == [150]
     assert delivered.offset == 151
