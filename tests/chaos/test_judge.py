@@ -9,6 +9,7 @@ from tests.chaos.accounting import Call, account_duplicates
 from tests.chaos.observers import GroupStates
 from tests.chaos.plan import ChaosPlan, Fault
 from tests.chaos.result import ChaosResult
+from tests.kafka.support.journal import Event
 
 pytestmark = pytest.mark.unit
 
@@ -140,3 +141,19 @@ def test_a_stable_commit_window_before_the_kill_is_a_finding() -> None:
     result, _ = _killed_mid_rebalance({0: (100, frozenset())}, group)
     assert result.killed_in_rebalance_duplicates == 0
     assert len(result.unexplained_duplicates) == 1
+
+
+def test_a_call_journaled_as_its_member_was_being_killed_does_not_stay_open() -> None:
+    """The harness takes the kill time, then sends SIGKILL: a start journaled in between is
+    later than the kill. It must not count as open for ever (a short exclusive run reported
+    "two active members at once" 8 s after the previous active member's kill)."""
+    from tests.coordinator.test_exclusive_mode import overlaps
+
+    old, new = 100, 200
+    events = [
+        Event("S", b"a", 1, old, 0, 0, 1_000, 1),
+        Event("S", b"b", 1, old, 0, 1, 2_050, 1),  # journaled 50 ns after the kill time
+        Event("S", b"c", 1, new, 0, 2, 9_000, 1),
+    ]
+    assert overlaps(events, {old: 2_000}) == []
+    assert overlaps(events, {}) != []  # without the kill, the old member's calls stay open

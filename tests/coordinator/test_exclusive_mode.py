@@ -70,7 +70,8 @@ def contenders(zk: ZooKeeperCoordinator, group: str) -> list[str]:
 
 def overlaps(events: list[Event], killed: dict[int, int]) -> list[str]:
     """Starts of one member while another member had a call open (a killed member's open
-    calls end at its kill)."""
+    calls end at its kill; one it journaled a moment after the kill time was taken, before
+    the signal landed, ends at its own start, as in ``journal.check``)."""
     timeline = sorted(events, key=lambda e: (e.t, e.kind == "S"))
     open_calls: dict[int, set[tuple[bytes | None, int]]] = {}
     closing = sorted((t, pid) for pid, t in killed.items())
@@ -83,6 +84,8 @@ def overlaps(events: list[Event], killed: dict[int, int]) -> list[str]:
             others = [pid for pid, c in open_calls.items() if c and pid != event.pid]
             if others:
                 found.append(f"{event} started while {others} were processing")
+            if event.pid in killed and killed[event.pid] <= event.t:
+                continue  # started as it was being killed: never open after its own start
             calls.add((event.key, event.seq))
         else:
             calls.discard((event.key, event.seq))
