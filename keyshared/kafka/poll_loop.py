@@ -25,6 +25,7 @@ from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.group_membership import KafkaGroupMembership
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.partition import PartitionState, Phase
+from keyshared.kafka.positions import note_stale_positions, observe_positions
 from keyshared.kafka.seams import CursorStore, Membership, PollInbox
 from keyshared.metrics import ConsumerMetrics
 from keyshared.settings import ConsumerOptions
@@ -154,32 +155,7 @@ class PollLoop:
 
     def _observe_positions(self) -> None:
         """Let cursors pass offsets never delivered (transaction markers at the end)."""
-        if not self.states:
-            return
-        try:
-            positions = self._consumer.position([TopicPartition(*tp) for tp in self.states])
-        except KafkaException as exc:
-            log.debug("position lookup failed: %s", exc)
-            return
-        with self._dispatcher.lock:
-            for tp in positions:
-                state = self.states.get((tp.topic, tp.partition))
-                if state is None or tp.offset < 0:
-                    continue
-                if state.window is None:
-                    # Nothing delivered yet since the assignment. A position equal to the one
-                    # at the assignment may be the previous fetch's, from before a re-read at
-                    # a lower offset (librdkafka reports it until the new fetch delivers):
-                    # trusting it let the cursor skip records never run (the chaos run lost
-                    # 3,313 records so, and members crashed when the records then arrived).
-                    if (
-                        state.committed is None
-                        or tp.offset <= state.committed
-                        or tp.offset == state.stale_position
-                    ):
-                        continue
-                    state.window = self._dispatcher.new_window(state, state.committed)
-                state.window.observe_position(tp.offset)
+        observe_positions(self._consumer, self.states, self._dispatcher)
 
     def sample_metrics(self) -> None:
         """Refresh the gauges (about once a second, never per record)."""
@@ -273,19 +249,7 @@ class PollLoop:
             "assigned %s",
             ", ".join(f"{t}[{p}]@{_at(starts.get((t, p), (None, ''))[0])}" for t, p in partitions),
         )
-        self._note_stale_positions(partitions)
-
-    def _note_stale_positions(self, partitions: list[TP]) -> None:
-        """Remember each partition's position as assigned (see ``_observe_positions``)."""
-        try:
-            positions = self._consumer.position([TopicPartition(*tp) for tp in partitions])
-        except KafkaException as exc:
-            log.debug("position lookup failed: %s", exc)
-            return
-        for tp in positions:
-            state = self.states.get((tp.topic, tp.partition))
-            if state is not None and tp.offset >= 0:
-                state.stale_position = tp.offset
+        note_stale_positions(self._consumer, {tp: self.states[tp] for tp in partitions})
 
     def revoked(self, partitions: list[TP]) -> bool:
         """Partitions handed to another member: drain, commit, then let them go.
