@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["HeldRanges", "Progress"]
 
 log = logging.getLogger(__name__)
+trace = logging.getLogger("keyshared.trace")  # cursor diagnostics, off unless set to DEBUG
 
 TP = tuple[str, int]
 Progress = tuple[TP, int, list[int]]  # partition, safe cursor, finished above it
@@ -108,12 +109,25 @@ class HeldRanges:
                     continue
                 writer.stage(tp[0], tp[1], *computed)
                 self._written[(slots, tp)] = computed
+                if trace.isEnabledFor(logging.DEBUG):
+                    trace.debug(
+                        "stage %s %s[%d]@%d +%dB (window %d, %d finished)",
+                        slots,
+                        tp[0],
+                        tp[1],
+                        computed[0],
+                        len(computed[1]),
+                        cursor,
+                        len(finished),
+                    )
             if suspended:
                 ok = False  # written once ZooKeeper answers again
                 self._forget_written(slots, progress)
                 continue
             try:
-                writer.flush()
+                written = writer.flush()
+                if written:
+                    trace.debug("wrote %s: %d cursor(s)", slots, written)
             except Fenced:
                 ok = False
                 fenced.append(slots)

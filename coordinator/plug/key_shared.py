@@ -37,6 +37,7 @@ from coordinator.plug.held_ranges import HeldRanges
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
     Decoded,
+    describe_claims,
     kafka_bases,
     low_watermarks,
     partitions_of,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["KeySharedMember"]
 
 log = logging.getLogger(__name__)
+trace = logging.getLogger("keyshared.trace")  # cursor diagnostics, off unless set to DEBUG
 
 TP = tuple[str, int]
 _CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per cursor
@@ -350,10 +352,13 @@ class KeySharedMember:
         self._decoded = decoded
         reset = str(self._ctx.kafka_config.get("auto.offset.reset", "earliest"))
         bases = kafka_bases(self._consumer, self._partitions, reset, self._options.startup_timeout)
-        return {
+        claims = {
             tp: PartitionClaims.resolve(held, stored.get(tp, []), bases[tp])
             for tp in self._partitions
         }
+        if trace.isEnabledFor(logging.DEBUG):
+            trace.debug("%s read %s", self._me, describe_claims(claims))
+        return claims
 
     # -- losing ranges without a drain --------------------------------------------------------
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Decoded",
+    "describe_claims",
     "idle",
     "kafka_bases",
     "low_watermarks",
@@ -145,6 +146,15 @@ def range_cursor(
     if not done:
         return floor, ""
     return floor, encode_finished(floor, sorted(done), _CURSOR_METADATA_BYTES) or ""
+
+
+def describe_claims(claims: dict[TP, PartitionClaims]) -> str:
+    """Every piece, with where it resumes and whose cursor it resumes from (diagnostics)."""
+    return "; ".join(
+        f"{topic}[{partition}]: "
+        + " ".join(f"{p.slots}@{p.start}+{len(p.finished)}/t{p.source}" for p in c.pieces)
+        for (topic, partition), c in sorted(claims.items())
+    )
 
 
 def _covers(pieces: list[Any], slots: SlotRange) -> bool:

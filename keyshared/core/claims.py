@@ -64,6 +64,7 @@ class Piece:
     start: int
     finished: frozenset[int]
     token: int  # the fencing token of the held range this piece belongs to
+    source: int = -1  # the token of the cursor it resumes from (-1: the partition's base)
 
 
 @dataclass
@@ -103,7 +104,9 @@ class PartitionClaims:
                     pieces.append(Piece(SlotRange(lo, hi), base, frozenset(), token))
                 else:
                     finished = frozenset(cursor.finished)
-                    pieces.append(Piece(SlotRange(lo, hi), cursor.offset, finished, token))
+                    pieces.append(
+                        Piece(SlotRange(lo, hi), cursor.offset, finished, token, cursor.token)
+                    )
         return cls(pieces)
 
     @property

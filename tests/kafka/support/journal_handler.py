@@ -27,11 +27,14 @@ Environment:
 - ``KS_FAIL_ALWAYS_RATE``: that share of records fails every attempt (poison: it ends in the
   DLQ, or blocks, by the ``--poison`` policy). Which records fail is decided by
   ``faults.fault_fraction`` of ``(key, seq)``, the same in every process, so a test knows them.
+- ``KS_TRACE``: any value sets the library's ``keyshared.trace`` logger (cursor writes and
+  reads of ``key_shared`` members) to DEBUG, for chaos investigations.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import threading
@@ -39,6 +42,9 @@ import time
 from typing import Any
 
 from tests.kafka.support.faults import fault_fraction
+
+if os.environ.get("KS_TRACE"):  # the library's cursor diagnostics, for chaos investigations
+    logging.getLogger("keyshared.trace").setLevel(logging.DEBUG)
 
 _FD = os.open(os.environ["KS_JOURNAL"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 _PID = os.getpid()
