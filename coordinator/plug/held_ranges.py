@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 trace = logging.getLogger("keyshared.trace")  # cursor diagnostics, off unless set to DEBUG
 
 TP = tuple[str, int]
-Progress = tuple[TP, int, list[int]]  # partition, safe cursor, finished above it
+Progress = tuple[TP, int, list[int], int]  # partition, safe cursor, finished above, seen end
 
 
 @dataclass
@@ -101,8 +101,8 @@ class HeldRanges:
         ok = True
         fenced: list[SlotRange] = []
         for slots, writer in list(self._writers.items()):
-            for tp, cursor, finished in progress:
-                computed = range_cursor(slots, claims.get(tp), cursor, finished)
+            for tp, cursor, finished, seen_end in progress:
+                computed = range_cursor(slots, claims.get(tp), cursor, finished, seen_end)
                 if computed is None:
                     continue  # granted, not read yet: its stored cursor stands
                 if not force and self._written.get((slots, tp)) == computed:
@@ -111,13 +111,14 @@ class HeldRanges:
                 self._written[(slots, tp)] = computed
                 if trace.isEnabledFor(logging.DEBUG):
                     trace.debug(
-                        "stage %s %s[%d]@%d +%dB (window %d, %d finished)",
+                        "stage %s %s[%d]@%d +%dB (window %d-%d, %d finished)",
                         slots,
                         tp[0],
                         tp[1],
                         computed[0],
                         len(computed[1]),
                         cursor,
+                        seen_end,
                         len(finished),
                     )
             if suspended:

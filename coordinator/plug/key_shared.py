@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -37,9 +38,9 @@ from coordinator.plug.held_ranges import HeldRanges
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
     Decoded,
+    commit_low_watermark,
     describe_claims,
     kafka_bases,
-    low_watermarks,
     partitions_of,
     stored_cursors,
     token_lookup,
@@ -204,7 +205,7 @@ class KeySharedMember:
             return not self._held or not states
         with self._dispatcher.lock:
             progress = [
-                (s.tp, s.window.safe_cursor, s.window.finished_above_cursor())
+                (s.tp, s.window.safe_cursor, s.window.finished_above_cursor(), s.window.seen_end)
                 for s in states
                 if s.window is not None
             ]
@@ -219,22 +220,10 @@ class KeySharedMember:
         return ok
 
     def _commit_low_watermark(self, wait: bool = False) -> bool:
-        """Commit the lowest resume point of all ranges per partition to Kafka, under the group
-        id, so that standard lag tools (and a switch back to partition mode) see progress.
-        False when there was nothing to commit yet or the commit could not be sent."""
-        try:
-            offsets = low_watermarks(read_cursors(self._zk.client, self._zk.layout(self._group)))
-        except Exception as exc:
-            log.debug("reading cursors for the low watermark failed: %s", exc)
-            return False
-        if not offsets:
-            return False
-        try:
-            self._consumer.commit(offsets=offsets, asynchronous=not wait)
-        except KafkaException as exc:
-            log.debug("committing the low watermark failed: %s", exc)
-            return False
-        return True
+        """Bring the group's Kafka offsets up to its ranges' cursors (see
+        :func:`commit_low_watermark`)."""
+        cursors = partial(read_cursors, self._zk.client, self._zk.layout(self._group))
+        return commit_low_watermark(self._consumer, cursors, wait)
 
     # -- applying assignments (poll thread, through the inbox) ---------------------------------
 

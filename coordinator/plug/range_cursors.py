@@ -7,6 +7,7 @@ stored cursors and the group's Kafka offsets.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Decoded",
+    "commit_low_watermark",
     "describe_claims",
     "idle",
     "kafka_bases",
@@ -32,6 +34,8 @@ __all__ = [
     "stored_cursors",
     "token_lookup",
 ]
+
+log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 _CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per cursor
@@ -81,6 +85,25 @@ def low_watermarks(cursors: Iterable[Cursor]) -> list[TopicPartition]:
     return offsets
 
 
+def commit_low_watermark(consumer: Any, cursors: Callable[[], list[Cursor]], wait: bool) -> bool:
+    """Commit the lowest resume point of all ranges per partition to Kafka, under the group
+    id, so that standard lag tools (and a switch back to partition mode) see progress.
+    False when there was nothing to commit yet or the commit could not be sent."""
+    try:
+        offsets = low_watermarks(cursors())
+    except Exception as exc:
+        log.debug("reading cursors for the low watermark failed: %s", exc)
+        return False
+    if not offsets:
+        return False
+    try:
+        consumer.commit(offsets=offsets, asynchronous=not wait)
+    except KafkaException as exc:
+        log.debug("committing the low watermark failed: %s", exc)
+        return False
+    return True
+
+
 def kafka_bases(consumer: Any, partitions: list[TP], reset: str, timeout: float) -> dict[TP, int]:
     """Where slots without any cursor start: the group's committed offset in Kafka, else the
     end of the partition that ``auto.offset.reset`` names."""
@@ -102,19 +125,24 @@ def range_cursor(
     claims: PartitionClaims | None,
     window_cursor: int,
     finished: list[int] | set[int] | frozenset[int],
+    seen_end: int,
 ) -> tuple[int, str] | None:
     """The cursor of one range in one partition, from the member's window; None when the
-    window does not read the range yet.
+    window cannot tell it yet (the range's stored cursors then stand).
 
     Every record below the window's cursor is done, and so is every record of the range below
     the lowest resume point of its pieces (earlier holders did them): the range's cursor is the
     higher of the two, so a freshly gained range never moves back. Finished offsets above it
-    (the window's, and those the range's pieces carried over) travel in the metadata.
+    (the window's, and those a piece covering the whole range carried over) travel in the
+    metadata.
 
     A range whose lease was just granted is not in the claims the window was built from until
     the member re-reads from the cursors: writing the window's cursor for it then would move
     the range back to wherever this member's other ranges stand, and its next owner would
     redo everything since.
+
+    :param seen_end: one past the highest offset the window has taken in
+        (:attr:`keyshared.core.window.InFlightWindow.seen_end`).
     """
     pieces = [] if claims is None else [p for p in claims.pieces if p.slots.overlaps(slots)]
     if not pieces or not _covers(pieces, slots):
@@ -125,16 +153,26 @@ def range_cursor(
         # the old window and 2,545 records were never run.
         return None
     floor = max(window_cursor, min(p.start for p in pieces))
+    whole = [p for p in pieces if p.slots.lo <= slots.lo and slots.hi <= p.slots.hi]
+    if not whole and seen_end < _known_until(pieces, floor):
+        # The range resumes at different points for different slots (it was put together
+        # from ranges held before), and one offset plus finished offsets cannot say "done
+        # for these slots, not for those". The window can, record by record, but only for
+        # offsets it has taken in: above them a cursor written now would undo what a piece
+        # knows to be done, and the next read would replay it. Found by the 30-minute chaos
+        # run: a member's range grew by one slot that resumed lower, it wrote the grown
+        # range's cursor at that lower point before its window got there, and the next
+        # re-read ran again 25 records it had finished two seconds before.
+        return None
     carried: set[int] = set()
-    for piece in pieces:
+    for piece in whole:
         # A stored cursor's finished offsets are only true for records of its own slots: its
         # writer also counted as "done" the records of slots it did not own. Carried into a
         # cursor of a wider range they would claim other slots' records done and lose them
         # (found by the join/leave/crash test in CI). Carry them only where the piece covers
         # the whole range; elsewhere the window's own finished set (each record judged by its
-        # own slot's piece) is what counts, and the rest is at worst redone after a crash.
-        if piece.slots.lo <= slots.lo and slots.hi <= piece.slots.hi:
-            carried.update(o for o in piece.finished if o >= floor)
+        # own slot's piece) is what counts.
+        carried.update(o for o in piece.finished if o >= floor)
     done = {o for o in finished if o >= floor} | carried
     # The cursor names the first record *not* done, and the metadata holds only offsets above
     # it: a finished record at the floor (typically the resume point of a piece, finished by
@@ -146,6 +184,17 @@ def range_cursor(
     if not done:
         return floor, ""
     return floor, encode_finished(floor, sorted(done), _CURSOR_METADATA_BYTES) or ""
+
+
+def _known_until(pieces: list[Any], floor: int) -> int:
+    """One past the highest offset at or above ``floor`` that some piece knows to be done."""
+    known = floor
+    for piece in pieces:
+        known = max(known, piece.start)
+        above = [o for o in piece.finished if o >= floor]
+        if above:
+            known = max(known, max(above) + 1)
+    return known
 
 
 def describe_claims(claims: dict[TP, PartitionClaims]) -> str:

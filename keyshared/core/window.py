@@ -266,6 +266,14 @@ class InFlightWindow(Generic[P]):
         """The offset to commit: never past an incomplete record, never backwards."""
         return self._cursor
 
+    @property
+    def seen_end(self) -> int:
+        """One past the highest offset this window has taken in (received, or passed by the
+        consumer's position), capped at the first record handed back: every offset below it
+        is either finished, incomplete, or never delivered, and this window knows which."""
+        ceiling = self._ceiling
+        return self._end if ceiling is None or ceiling > self._end else ceiling
+
     def finished_above_cursor(self) -> list[int]:
         """Offsets already finished above the cursor, for the commit metadata."""
         return [e.offset for e in self._pending if e.done]

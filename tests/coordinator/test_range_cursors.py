@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.plug.range_cursors import range_cursor
 from keyshared.core.claims import PartitionClaims, StoredCursor
@@ -18,18 +22,18 @@ def test_a_range_just_granted_gets_no_cursor_from_a_window_that_does_not_read_it
     """Found by the join/leave/crash test: a member flushed a just-granted range with its own
     window's (far lower) cursor before re-reading, and the range's next owner redid records."""
     claims = PartitionClaims.resolve([(LOW, 1)], [StoredCursor(LOW, 100, 1)], base=0)
-    assert range_cursor(HIGH, claims, window_cursor=100, finished=[]) is None
-    assert range_cursor(HIGH, None, window_cursor=100, finished=[]) is None
+    assert range_cursor(HIGH, claims, window_cursor=100, finished=[], seen_end=100) is None
+    assert range_cursor(HIGH, None, window_cursor=100, finished=[], seen_end=100) is None
 
 
 def test_a_freshly_read_range_never_moves_back_below_its_resume_point() -> None:
     stored = [StoredCursor(LOW, 100, 1), StoredCursor(HIGH, 5000, 2, {5003})]
     claims = PartitionClaims.resolve([(LOW, 3), (HIGH, 4)], stored, base=0)
     assert claims.start == 100  # the window starts low, for the low range
-    offset, metadata = range_cursor(HIGH, claims, window_cursor=120, finished=[121])
+    offset, metadata = range_cursor(HIGH, claims, window_cursor=120, finished=[121], seen_end=122)
     assert offset == 5000
     assert decode_finished(offset, metadata) == {5003}
-    assert range_cursor(LOW, claims, window_cursor=120, finished=[121]) == (
+    assert range_cursor(LOW, claims, window_cursor=120, finished=[121], seen_end=122) == (
         120,
         metadata_of(120, [121]),
     )
@@ -48,7 +52,10 @@ def test_finished_offsets_of_a_narrower_cursor_never_spread_to_the_rest_of_a_wid
     whole = SlotRange(0, 65535)
     stored = [StoredCursor(LOW, 400, 2, {500}), StoredCursor(HIGH, 400, 1)]
     claims = PartitionClaims.resolve([(whole, 3)], stored, base=0)
-    computed = range_cursor(whole, claims, window_cursor=400, finished=[])
+    assert range_cursor(whole, claims, window_cursor=400, finished=[], seen_end=450) is None, (
+        "written before the window read 500, the cursor would undo LOW's finished 500"
+    )
+    computed = range_cursor(whole, claims, window_cursor=400, finished=[], seen_end=600)
     assert computed is not None
     offset, metadata = computed
     assert 500 not in decode_finished(offset, metadata), "a skipped record was carried as done"
@@ -60,7 +67,9 @@ def test_a_finished_record_at_the_resume_point_is_not_redone() -> None:
     so 5000 was dropped and HIGH's next owner ran it again (one record, the resume point)."""
     stored = [StoredCursor(LOW, 100, 1), StoredCursor(HIGH, 5000, 2)]
     claims = PartitionClaims.resolve([(LOW, 3), (HIGH, 4)], stored, base=0)
-    computed = range_cursor(HIGH, claims, window_cursor=120, finished=[5000, 5001, 5003])
+    computed = range_cursor(
+        HIGH, claims, window_cursor=120, finished=[5000, 5001, 5003], seen_end=5004
+    )
     assert computed is not None
     offset, metadata = computed
     done = set(range(offset)) | decode_finished(offset, metadata)
@@ -105,5 +114,85 @@ def test_a_range_only_partly_read_by_the_window_gets_no_cursor() -> None:
     cursor written for the whole space from it made the next owner skip HIGH's records."""
     whole = SlotRange(0, 65535)
     claims = PartitionClaims.resolve([(LOW, 1)], [StoredCursor(LOW, 100, 1)], base=0)
-    assert range_cursor(whole, claims, window_cursor=150, finished=[151, 152]) is None
-    assert range_cursor(LOW, claims, window_cursor=150, finished=[151]) is not None
+    assert range_cursor(whole, claims, window_cursor=150, finished=[151, 152], seen_end=153) is None
+    assert range_cursor(LOW, claims, window_cursor=150, finished=[151], seen_end=152) is not None
+
+
+def test_a_grown_range_is_not_written_below_what_its_pieces_know_before_its_window_does() -> None:
+    """Found by the 30-minute chaos run: a member held 0-14200 (its cursor at 17635) and the
+    plan grew it to 0-14201, whose extra slot resumed at 17610. Right after the re-read the
+    member wrote the grown range's cursor at 17610 with nothing finished (its window had read
+    nothing yet); that cursor, the newest, then hid 0-14200's own, and the next re-read ran
+    25 records of 0-14200 again."""
+    held, extra, grown = SlotRange(0, 14200), SlotRange(14201, 14201), SlotRange(0, 14201)
+    stored = [StoredCursor(held, 17635, 297, {17640}), StoredCursor(extra, 17610, 200)]
+    claims = PartitionClaims.resolve([(grown, 308)], stored, base=0)
+    assert claims.start == 17610
+    assert range_cursor(grown, claims, window_cursor=17610, finished=[], seen_end=17610) is None
+    assert range_cursor(grown, claims, 17611, [17612], seen_end=17640) is None, "17640 unread"
+    # Read past everything the pieces know: the window's own account is complete. 17620 (the
+    # extra slot's) is still running; every other record was done before or since.
+    finished = [o for o in range(17612, 17650) if o != 17620]
+    computed = range_cursor(grown, claims, 17611, finished, seen_end=17650)
+    assert computed is not None
+    offset, metadata = computed
+    done = set(range(offset)) | decode_finished(offset, metadata)
+    assert 17620 not in done and 17611 not in done
+    assert set(range(17612, 17650)) - {17620} <= done
+
+
+@st.composite
+def _partitions(draw: st.DrawFn) -> tuple[list[int], list[StoredCursor], int, int, set[int]]:
+    """A partition's records (their slots), the stored cursors of the pieces a held range is
+    made of, and a window that has taken in some of the records and finished some of them."""
+    size = draw(st.integers(1, 60))
+    slots = draw(st.lists(st.integers(0, 7), min_size=size, max_size=size))  # 0-5 held, 6-7 not
+    cuts = sorted(draw(st.sets(st.integers(1, 5), max_size=3)))
+    bounds = [0, *cuts, 6]
+    stored = []
+    for token, (lo, nxt) in enumerate(pairwise(bounds), start=1):
+        start = draw(st.integers(0, size))
+        own_above = [o for o in range(start, size) if lo <= slots[o] < nxt]
+        finished = draw(st.sets(st.sampled_from(own_above))) if own_above else set()
+        stored.append(StoredCursor(SlotRange(lo, nxt - 1), start, token, finished))
+    seen_end = draw(st.integers(0, size))
+    ran = draw(st.sets(st.integers(0, size - 1)))
+    return slots, stored, seen_end, size, ran
+
+
+@settings(max_examples=400, deadline=None)
+@given(_partitions())
+def test_a_range_cursor_never_skips_an_undone_record_nor_undoes_a_done_one(
+    case: tuple[list[int], list[StoredCursor], int, int, set[int]],
+) -> None:
+    """Whatever the pieces a range is made of and however far its window has read, the cursor
+    written for it covers exactly what is done: records its pieces knew to be done, records the
+    window finished, and records of slots it does not hold. Anything less replays; anything
+    more loses."""
+    slots, stored, seen_end, size, ran = case
+    held = SlotRange(0, 5)
+    claims = PartitionClaims.resolve([(held, 99)], stored, base=0)
+    start = claims.start or 0
+
+    def done_before(offset: int) -> bool:
+        return claims.is_done(slots[offset], offset)
+
+    def window_done(offset: int) -> bool:  # as the window sees it: not its own, or finished
+        return not claims.accepts(slots[offset], offset) or offset in ran
+
+    taken = range(start, max(start, seen_end))
+    cursor = next((o for o in taken if not window_done(o)), max(start, seen_end))
+    finished = [o for o in taken if o > cursor and window_done(o)]
+    computed = range_cursor(held, claims, cursor, finished, max(start, seen_end))
+    if computed is None:
+        return  # the stored cursors stand
+    offset, metadata = computed
+    covered = set(range(offset)) | decode_finished(offset, metadata)
+    for o in range(size):
+        if slots[o] > 5:
+            continue
+        truly_done = done_before(o) or (o in taken and o in ran)
+        if o in covered:
+            assert truly_done, f"offset {o} (slot {slots[o]}) would be skipped, never run"
+        else:
+            assert not truly_done, f"offset {o} (slot {slots[o]}) would run again"

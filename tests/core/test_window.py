@@ -221,6 +221,21 @@ def test_given_back_records_hold_the_cursor_whatever_the_position() -> None:
     assert w.safe_cursor == 1
 
 
+def test_seen_end_is_what_the_window_can_account_for() -> None:
+    """A key_shared range's cursor is written from the window only up to here (its pieces may
+    know more above; see coordinator/plug/range_cursors.py)."""
+    w = InFlightWindow[str](start_offset=10)
+    assert w.seen_end == 10
+    w.admit(10, b"a", 0, "", 0.0)
+    w.admit_finished(11)
+    assert w.seen_end == 12
+    w.observe_position(15)  # transaction markers up to 14: seen, nothing to run
+    assert w.seen_end == 15
+    w.give_back(15)  # delivered while draining: not accounted for
+    w.observe_position(20)
+    assert w.seen_end == 15
+
+
 # -- already done (restart metadata) ------------------------------------------------------------
 
 
