@@ -56,6 +56,8 @@ class Cursor:
     :param metadata: the consumer's own string (e.g. finished offsets above ``offset``).
     :param member_id: who wrote it.
     :param token: the writer's fencing token when it wrote.
+    :param version: when it was written (ZooKeeper's ``mzxid``), to order two cursors of one
+        lease; 0 for a cursor not read from ZooKeeper.
     """
 
     slots: SlotRange
@@ -65,6 +67,7 @@ class Cursor:
     metadata: str = ""
     member_id: str = ""
     token: int = -1
+    version: int = 0
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -104,7 +107,7 @@ def read_cursors(
     cursors: list[Cursor] = []
     for slots, topic, partition, read in reads:
         try:
-            data, _ = read.get()
+            data, stat = read.get()
         except NoNodeError:
             continue
         raw = json.loads(data)
@@ -117,6 +120,7 @@ def read_cursors(
                 str(raw.get("metadata", "")),
                 str(raw.get("member", "")),
                 int(raw.get("token", -1)),
+                stat.mzxid,
             )
         )
     return sorted(cursors, key=lambda c: (c.slots, c.topic, c.partition))
@@ -146,6 +150,9 @@ class CursorWriter:
         writer.stage("payments", 1, 877, metadata="...")
         writer.flush()          # one ZooKeeper write; Fenced if the lease is gone
 
+    A range put together from pieces that resume at different points can also be written piece
+    by piece (:meth:`stage_pieces`): under each piece's own path, with this lease's token.
+
     :param client: the kazoo client of the session that holds ``lease``.
     :param layout: the group's paths.
     :param lease: the writer's range lease (:class:`coordinator.leases.RangeLeases`).
@@ -156,8 +163,9 @@ class CursorWriter:
         self._layout = layout
         self.lease = lease
         self.slots = lease.slots
-        self._staged: dict[tuple[str, int], Cursor] = {}
+        self._staged: dict[tuple[str, int], list[Cursor]] = {}
         self._existing: set[str] = set()
+        self._directories = {self.slots}  # range directories known to exist
         self._lock = threading.Lock()  # guards _staged: stage() runs on worker threads
         self._flush_lock = threading.Lock()  # one flush at a time, so cursors never go back
         with contextlib.suppress(NodeExistsError):
@@ -166,15 +174,28 @@ class CursorWriter:
     def stage(self, topic: str, partition: int, offset: int, metadata: str = "") -> None:
         """Remember the latest cursor of a partition until the next :meth:`flush` (thread-safe;
         a later stage of the same partition replaces an earlier one)."""
-        cursor = Cursor(
-            self.slots, topic, partition, offset, metadata, self.lease.member_id, self.lease.token
-        )
+        self.stage_pieces(topic, partition, [(self.slots, offset, metadata)])
+
+    def stage_pieces(
+        self, topic: str, partition: int, pieces: list[tuple[SlotRange, int, str]]
+    ) -> None:
+        """Like :meth:`stage`, one cursor per ``(slots, offset, metadata)``, each ``slots`` a
+        part of this range (or all of it). They replace whatever was staged for the partition,
+        and are written in one transaction: one version, so that a later write of the whole
+        range is never tied with them."""
+        lease = self.lease
+        cursors = [
+            Cursor(slots, topic, partition, offset, metadata, lease.member_id, lease.token)
+            for slots, offset, metadata in pieces
+        ]
+        if any(not (self.slots.lo <= c.slots.lo and c.slots.hi <= self.slots.hi) for c in cursors):
+            raise ValueError(f"a piece outside {self.slots}: {[str(c.slots) for c in cursors]}")
         with self._lock:
-            self._staged[(topic, partition)] = cursor
+            self._staged[(topic, partition)] = cursors
 
     @property
     def pending(self) -> int:
-        """Cursors staged and not yet written."""
+        """Partitions whose cursors are staged and not yet written."""
         with self._lock:
             return len(self._staged)
 
@@ -199,26 +220,31 @@ class CursorWriter:
                     self._staged = {**staged, **self._staged}
                 raise
 
-    def _write(self, staged: dict[tuple[str, int], Cursor]) -> int:
-        paths = {key: self._layout.cursor(self.slots, *key) for key in staged}
-        self._learn_existing([path for path in paths.values() if path not in self._existing])
+    def _write(self, staged: dict[tuple[str, int], list[Cursor]]) -> int:
+        cursors = [cursor for pieces in staged.values() for cursor in pieces]
+        for slots in {c.slots for c in cursors} - self._directories:
+            with contextlib.suppress(NodeExistsError):
+                self._client.create(self._layout.cursor_range(slots), b"")
+            self._directories.add(slots)
+        paths = [self._layout.cursor(c.slots, c.topic, c.partition) for c in cursors]
+        self._learn_existing([path for path in paths if path not in self._existing])
         for _attempt in range(3):
             transaction = self._client.transaction()
             transaction.check(self.lease.path, 0)
-            for key, cursor in staged.items():
-                if paths[key] in self._existing:
-                    transaction.set_data(paths[key], cursor.to_json())
+            for path, cursor in zip(paths, cursors, strict=True):
+                if path in self._existing:
+                    transaction.set_data(path, cursor.to_json())
                 else:
-                    transaction.create(paths[key], cursor.to_json())
+                    transaction.create(path, cursor.to_json())
             results = transaction.commit()
             if not any(isinstance(r, Exception) for r in results):
-                self._existing.update(paths.values())
-                return len(staged)
+                self._existing.update(paths)
+                return len(cursors)
             if isinstance(results[0], NoNodeError | BadVersionError):
-                raise Fenced(self.lease.path, f"write {len(staged)} cursor(s) of {self.slots}")
+                raise Fenced(self.lease.path, f"write {len(cursors)} cursor(s) of {self.slots}")
             # A multi stops at its first failing op: those before it answer RolledBackError,
             # those after it RuntimeInconsistency (never run). Only the failing op says anything.
-            for path, result in zip(paths.values(), results[1:], strict=True):
+            for path, result in zip(paths, results[1:], strict=True):
                 if isinstance(result, NodeExistsError):
                     self._existing.add(path)  # a race: someone created it since the lookup
                 elif isinstance(result, NoNodeError):

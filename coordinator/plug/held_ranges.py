@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator.cursors import CursorWriter
 from coordinator.errors import CoordinatorError, Fenced
 from coordinator.leases import Lease, RangeLeases
-from coordinator.plug.range_cursors import idle, range_cursor
+from coordinator.plug.range_cursors import cursors_for, idle
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.slots import SlotRange
 
@@ -63,7 +63,7 @@ class HeldRanges:
         self._on_fenced = on_fenced
         self.leases: dict[SlotRange, Lease] = {}
         self._writers: dict[SlotRange, CursorWriter] = {}
-        self._written: dict[tuple[SlotRange, TP], tuple[int, str]] = {}
+        self._written: dict[tuple[SlotRange, TP], list[tuple[SlotRange, int, str]]] = {}
         self._given_up: list[_GivenUp] = []
 
     def __contains__(self, slots: object) -> bool:
@@ -102,21 +102,20 @@ class HeldRanges:
         fenced: list[SlotRange] = []
         for slots, writer in list(self._writers.items()):
             for tp, cursor, finished, seen_end in progress:
-                computed = range_cursor(slots, claims.get(tp), cursor, finished, seen_end)
+                computed = cursors_for(slots, claims.get(tp), cursor, finished, seen_end)
                 if computed is None:
-                    continue  # granted, not read yet: its stored cursor stands
+                    continue  # not read by this window yet: its stored cursors stand
                 if not force and self._written.get((slots, tp)) == computed:
                     continue
-                writer.stage(tp[0], tp[1], *computed)
+                writer.stage_pieces(tp[0], tp[1], computed)
                 self._written[(slots, tp)] = computed
                 if trace.isEnabledFor(logging.DEBUG):
                     trace.debug(
-                        "stage %s %s[%d]@%d +%dB (window %d-%d, %d finished)",
+                        "stage %s %s[%d] %s (window %d-%d, %d finished)",
                         slots,
                         tp[0],
                         tp[1],
-                        computed[0],
-                        len(computed[1]),
+                        " ".join(f"{s}@{offset}+{len(meta)}B" for s, offset, meta in computed),
                         cursor,
                         seen_end,
                         len(finished),
@@ -141,10 +140,13 @@ class HeldRanges:
         return ok, fenced
 
     def write_pending(self, suspended: bool) -> None:
-        """Write the cursors still staged. A re-read calls it first: the stored cursors are
-        older, and starting from them would replay what this member has finished. A fenced
-        range is forgotten; raises if the rest cannot be written yet."""
-        for slots, writer in list(self._writers.items()):
+        """Write the cursors still staged, those of ranges given up included. A re-read calls
+        it first: the stored cursors are older, and starting from them would replay what this
+        member has finished. A fenced range is forgotten; raises if the rest cannot be
+        written yet."""
+        writers = [(slots, w) for slots, w in self._writers.items() if w.pending]
+        writers += [(item.lease.slots, item.writer) for item in self._given_up if item.writer]
+        for slots, writer in writers:
             if not writer.pending:
                 continue
             if suspended:
@@ -152,7 +154,8 @@ class HeldRanges:
             try:
                 writer.flush()
             except Fenced:
-                self.forget(slots)
+                if self._writers.get(slots) is writer:
+                    self.forget(slots)
 
     def _forget_written(self, slots: SlotRange, progress: Sequence[Progress]) -> None:
         for tp, *_ in progress:

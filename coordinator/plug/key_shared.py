@@ -9,11 +9,11 @@ post requests to the poll inbox.
 
 A change of assignment is applied like an eager rebalance, per member:
 
-1. **Loss** of a range: the member drains every partition (bounded by ``drain_timeout``),
-   writes each held range's cursor (one fenced ZooKeeper transaction per range), then
-   releases the lost range's lease, which is what the next owner is waiting for. If the drain
-   timed out, the lease is kept until the stragglers finish, so two members never run the
-   same key at once.
+1. **Loss** of a range: the member drains every partition, writes each held range's cursor
+   (one fenced ZooKeeper transaction per range), then releases the lost range's lease, which
+   is what the next owner is waiting for. The drain waits for every running record, even past
+   ``drain_timeout`` (:mod:`coordinator.plug.deferred_rebuild`): no member, this one included,
+   ever runs two records of a key at once.
 2. **Gain**: the lease is queued on a thread of its own (it waits for the old owner's drain);
    when it is granted the member drains and re-assigns its partitions from the lowest cursor
    of its ranges, counting as done every record a cursor already covers
@@ -34,6 +34,7 @@ from coordinator.assignment import AssignmentChange
 from coordinator.cursors import read_cursors
 from coordinator.leases import Lease
 from coordinator.members import MemberInfo
+from coordinator.plug.deferred_rebuild import DeferredRebuild
 from coordinator.plug.held_ranges import HeldRanges
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
@@ -101,6 +102,7 @@ class KeySharedMember:
         self._next_watermark = 0.0
         self._assign_retry_at: float | None = None
         self._regain_at: float | None = None  # granted ranges wait until then to be read
+        self._deferred = DeferredRebuild(self._dispatcher, self._options.drain_timeout, self._me)
         self._decoded: Decoded = {}  # the last read's decoded cursors (see stored_cursors)
         self._flushed = True  # did every cursor write since the last drain go through?
         self._queue = LeaseQueue(self._leases, context.inbox, self._gate.metrics, self._granted)
@@ -130,13 +132,14 @@ class KeySharedMember:
         )
 
     def tick(self) -> None:
-        """Retry a failed assignment; release leases whose drain timed out, once their
-        stragglers have finished."""
+        """Retry a failed assignment or a re-read that waited for running records; release
+        leases given up whose last cursors could not be written yet."""
         retry_at = self._assign_retry_at
         if retry_at is not None and time.monotonic() >= retry_at and not self._gate.lost:
             self._assign_from_cursors()
         regain_at = self._regain_at
-        if regain_at is not None and time.monotonic() >= regain_at and not self._gate.lost:
+        due = regain_at is not None and time.monotonic() >= regain_at
+        if (due or self._deferred.ready()) and not self._gate.lost:
             self._rebuild(drop=[])
         self._held.release_finished(self._dispatcher.lock, self._gate.suspended)
 
@@ -220,8 +223,7 @@ class KeySharedMember:
         return ok
 
     def _commit_low_watermark(self, wait: bool = False) -> bool:
-        """Bring the group's Kafka offsets up to its ranges' cursors (see
-        :func:`commit_low_watermark`)."""
+        """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools)."""
         cursors = partial(read_cursors, self._zk.client, self._zk.layout(self._group))
         return commit_low_watermark(self._consumer, cursors, wait)
 
@@ -237,6 +239,7 @@ class KeySharedMember:
         self._desired = owned
         self._gate.metrics.generation(generation)
         self._queue.keep_only(owned)
+        self._deferred.keep(owned)
         lost = [slots for slots in self._held if slots not in owned]
         if lost:
             self._rebuild(drop=lost)
@@ -261,10 +264,13 @@ class KeySharedMember:
 
     def _rebuild(self, drop: list[SlotRange]) -> None:
         """Drain, write cursors, release ``drop``'s leases, then read again from the cursors of
-        the ranges still held."""
+        the ranges still held; once nothing of the windows runs any more (``tick`` retries)."""
         events = self._events
         assert events is not None
         old_states = [events.states[tp] for tp in self._assigned if tp in events.states]
+        if self._deferred.defer(old_states, drop):
+            return
+        drop = self._deferred.take()
         self._flushed = True
         drained = events.revoked(list(self._assigned)) if self._assigned else True
         committed = self._flushed
@@ -361,6 +367,7 @@ class KeySharedMember:
         assert events is not None
         self._queue.cancel_all()
         self._held.clear()
+        self._deferred.clear()
         self._claims = {}
         old_states = [events.states[tp] for tp in self._assigned if tp in events.states]
         if self._assigned:

@@ -18,11 +18,36 @@ from keyshared.core.slots import SlotRange
 from keyshared.kafka.seams import PollInbox
 from keyshared.metrics import CoordinatorMetrics
 
-__all__ = ["LeaseQueue"]
+__all__ = ["LeaseQueue", "wait_in_background"]
 
 log = logging.getLogger(__name__)
 
 Granted = Callable[[SlotRange, Lease], None]
+
+
+def wait_in_background(
+    pending: PendingLease,
+    inbox: PollInbox,
+    what: str,
+    granted: Callable[[Lease], None],
+    failed: Callable[[], None],
+) -> None:
+    """Wait for ``pending`` on a thread of its own; post ``granted(lease)`` to the poll thread,
+    or ``failed()`` if the wait broke (a withdrawal or a lost session posts nothing: the
+    session gate deals with those)."""
+
+    def wait() -> None:
+        try:
+            lease = pending.wait()
+        except (AcquireCancelled, Fenced):
+            return
+        except Exception:
+            log.exception("waiting for the lease of %s failed", what)
+            inbox.post(failed)
+            return
+        inbox.post(lambda: granted(lease))
+
+    threading.Thread(target=wait, name=f"keyshared-lease-{what}", daemon=True).start()
 
 
 class LeaseQueue:
@@ -61,20 +86,13 @@ class LeaseQueue:
         self._metrics.pending_drains(len(self._pending))
         queued_at = time.monotonic()
         log.info("range %s: lease queued (token %d)", slots, pending.token)
-
-        def wait() -> None:
-            try:
-                lease = pending.wait()
-            except (AcquireCancelled, Fenced):
-                return  # withdrawn, or the session is gone (the session gate handles that)
-            except Exception:
-                log.exception("waiting for the lease of %s failed; queueing again", slots)
-                self._inbox.post(lambda: self._again(slots, pending, generation))
-                return
-            waited = time.monotonic() - queued_at
-            self._inbox.post(lambda: self._granted(slots, pending, lease, waited))
-
-        threading.Thread(target=wait, name=f"keyshared-lease-{slots}", daemon=True).start()
+        wait_in_background(
+            pending,
+            self._inbox,
+            str(slots),
+            lambda lease: self._granted(slots, pending, lease, time.monotonic() - queued_at),
+            lambda: self._again(slots, pending, generation),
+        )
 
     def keep_only(self, wanted: tuple[SlotRange, ...]) -> None:
         """Withdraw every acquisition of a range no longer wanted."""

@@ -40,12 +40,13 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
 from kazoo.exceptions import KazooException
 
-from coordinator.errors import AcquireCancelled, Fenced
 from coordinator.leases import Lease, PendingLease
+from coordinator.plug.lease_queue import wait_in_background
 from coordinator.plug.leased_commits import LeasedCommits
 from coordinator.plug.session_gate import SessionGate
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
+from keyshared.kafka.startup import assigns_incrementally
 
 if TYPE_CHECKING:
     from coordinator.coordinator import ZooKeeperCoordinator
@@ -78,7 +79,7 @@ class PartitionLeaseMember:
         self._dispatcher = context.dispatcher
         self._leases = zk.partition_leases(context.group, context.member_id)
         self._directory = zk.layout(context.group).partition_leases
-        self._incremental = _incremental(context.kafka_config)
+        self._incremental = assigns_incrementally(context.kafka_config)
         self._consumer: Any = None
         self._events: MembershipEvents | None = None
         self._generation = 0  # assignments seen; stored in the lease for operators
@@ -277,20 +278,13 @@ class PartitionLeaseMember:
             tp[1],
             pending.token,
         )
-        inbox = self._ctx.inbox
-
-        def wait() -> None:
-            try:
-                lease = pending.wait()
-            except (AcquireCancelled, Fenced):
-                return  # withdrawn, or the session is gone (the gate requeues on renewal)
-            except Exception:
-                log.exception("waiting for the lease of %s[%d] failed", tp[0], tp[1])
-                inbox.post(lambda: self._retry(tp, pending))
-                return
-            inbox.post(lambda: self._granted(tp, pending, lease))
-
-        threading.Thread(target=wait, name=f"keyshared-lease-{tp[0]}-{tp[1]}", daemon=True).start()
+        wait_in_background(
+            pending,
+            self._ctx.inbox,
+            f"{tp[0]}[{tp[1]}]",
+            lambda lease: self._granted(tp, pending, lease),
+            lambda: self._retry(tp, pending),
+        )
 
     def _retry(self, tp: TP, pending: PendingLease) -> None:
         entry = self._pending.get(tp)
@@ -409,11 +403,3 @@ def _tps(partitions: list[TopicPartition]) -> list[TP]:
 def _call(fn: Callable[[TP, Lease], None], tp: TP, lease: Lease) -> Callable[[], None]:
     """``fn(tp, lease)`` later, bound to these values (not to a loop variable)."""
     return lambda: fn(tp, lease)
-
-
-def _incremental(config: dict[str, Any]) -> bool:
-    """Whether the group assigns incrementally (cooperative-sticky or KIP-848), as librdkafka
-    decides: the callbacks must call ``incremental_assign`` then, else ``assign``."""
-    if str(config.get("group.protocol", "classic")).lower() == "consumer":
-        return True
-    return "cooperative" in str(config.get("partition.assignment.strategy", ""))

@@ -25,12 +25,12 @@ if TYPE_CHECKING:
 __all__ = [
     "Decoded",
     "commit_low_watermark",
+    "cursors_for",
     "describe_claims",
     "idle",
     "kafka_bases",
     "low_watermarks",
     "partitions_of",
-    "range_cursor",
     "stored_cursors",
     "token_lookup",
 ]
@@ -68,7 +68,7 @@ def stored_cursors(
         if keep is not None:
             keep[where] = (cursor.offset, cursor.metadata, finished)
         stored.setdefault((cursor.topic, cursor.partition), []).append(
-            StoredCursor(cursor.slots, cursor.offset, cursor.token, finished)
+            StoredCursor(cursor.slots, cursor.offset, cursor.token, finished, cursor.version)
         )
     return stored
 
@@ -120,21 +120,21 @@ def kafka_bases(consumer: Any, partitions: list[TP], reset: str, timeout: float)
     return bases
 
 
-def range_cursor(
+def cursors_for(
     slots: SlotRange,
     claims: PartitionClaims | None,
     window_cursor: int,
     finished: list[int] | set[int] | frozenset[int],
     seen_end: int,
-) -> tuple[int, str] | None:
-    """The cursor of one range in one partition, from the member's window; None when the
-    window cannot tell it yet (the range's stored cursors then stand).
+) -> list[tuple[SlotRange, int, str]] | None:
+    """The cursor(s) of one range in one partition, from the member's window, as
+    ``(slots, offset, metadata)``: one for the whole range, or one per piece of it. None when
+    the window does not read the range yet (its stored cursors then stand).
 
-    Every record below the window's cursor is done, and so is every record of the range below
-    the lowest resume point of its pieces (earlier holders did them): the range's cursor is the
-    higher of the two, so a freshly gained range never moves back. Finished offsets above it
-    (the window's, and those a piece covering the whole range carried over) travel in the
-    metadata.
+    Every record below the window's cursor is done, and so is every record of a piece below
+    the piece's resume point (earlier holders did them): a cursor is the higher of the two, so
+    a freshly gained range never moves back. Finished offsets above it (the window's, and those
+    the piece carried over) travel in the metadata.
 
     A range whose lease was just granted is not in the claims the window was built from until
     the member re-reads from the cursors: writing the window's cursor for it then would move
@@ -153,27 +153,33 @@ def range_cursor(
         # the old window and 2,545 records were never run.
         return None
     floor = max(window_cursor, min(p.start for p in pieces))
-    whole = [p for p in pieces if p.slots.lo <= slots.lo and slots.hi <= p.slots.hi]
-    if not whole and seen_end < _known_until(pieces, floor):
-        # The range resumes at different points for different slots (it was put together
-        # from ranges held before), and one offset plus finished offsets cannot say "done
-        # for these slots, not for those". The window can, record by record, but only for
-        # offsets it has taken in: above them a cursor written now would undo what a piece
-        # knows to be done, and the next read would replay it. Found by the 30-minute chaos
-        # run: a member's range grew by one slot that resumed lower, it wrote the grown
-        # range's cursor at that lower point before its window got there, and the next
-        # re-read ran again 25 records it had finished two seconds before.
-        return None
-    carried: set[int] = set()
-    for piece in whole:
-        # A stored cursor's finished offsets are only true for records of its own slots: its
-        # writer also counted as "done" the records of slots it did not own. Carried into a
-        # cursor of a wider range they would claim other slots' records done and lose them
-        # (found by the join/leave/crash test in CI). Carry them only where the piece covers
-        # the whole range; elsewhere the window's own finished set (each record judged by its
-        # own slot's piece) is what counts.
-        carried.update(o for o in piece.finished if o >= floor)
-    done = {o for o in finished if o >= floor} | carried
+    if len(pieces) == 1 or seen_end >= _known_until(pieces, floor):
+        # One piece, or the window has taken in everything its pieces know: the window's
+        # own account (each record judged by its own slot's piece) is the whole truth.
+        carried = pieces[0].finished if len(pieces) == 1 else frozenset()
+        return [(slots, *_cursor(floor, finished, carried))]
+    # The range resumes at different points for different slots (it was put together from
+    # ranges held before), and one offset plus finished offsets cannot say "done for these
+    # slots, not for those" above what the window has taken in. Each piece can: write one
+    # cursor per piece until the window gets there. Found by the 30-minute chaos run: a
+    # member's range grew by one slot that resumed lower, it wrote the grown range's cursor at
+    # that lower point before its window got there, and the next re-read ran again 25 records
+    # it had finished two seconds before.
+    return [
+        (piece.slots, *_cursor(max(window_cursor, piece.start), finished, piece.finished))
+        for piece in pieces
+    ]
+
+
+def _cursor(floor: int, finished: Iterable[int], carried: Iterable[int]) -> tuple[int, str]:
+    """The offset and metadata saying "done below ``floor``, and at these offsets above".
+
+    A stored cursor's finished offsets (``carried``) are only true for records of its own
+    slots: its writer also counted as "done" the records of slots it did not own. Carried
+    into a cursor of a wider range they would claim other slots' records done and lose them
+    (found by the join/leave/crash test in CI): only a piece's own cursor carries them.
+    """
+    done = {o for o in finished if o >= floor} | {o for o in carried if o >= floor}
     # The cursor names the first record *not* done, and the metadata holds only offsets above
     # it: a finished record at the floor (typically the resume point of a piece, finished by
     # this member since) must move the cursor on, or it is dropped and its next owner redoes

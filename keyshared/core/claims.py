@@ -48,12 +48,15 @@ class StoredCursor:
     :param offset: every record of the range below it is done.
     :param token: the writer's fencing token: later holders write larger ones.
     :param finished: offsets above ``offset`` already done.
+    :param version: the order of writes (ZooKeeper's zxid of the write): of two cursors of one
+        lease (one token), the later one knows more.
     """
 
     slots: SlotRange
     offset: int
     token: int
     finished: frozenset[int] | set[int] = frozenset()
+    version: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ class PartitionClaims:
         :param base: where slots that no cursor covers start: the group's committed offset, or
             the reset position for a partition never consumed.
         """
-        cursors = sorted(stored, key=lambda c: c.token)
+        cursors = sorted(stored, key=lambda c: (c.token, c.version))
         pieces: list[Piece] = []
         for held_range, token in held:
             for lo, hi, cursor in _latest_cover(held_range, cursors):
@@ -145,7 +148,7 @@ def _latest_cover(
     target: SlotRange, cursors: list[StoredCursor]
 ) -> list[tuple[int, int, StoredCursor | None]]:
     """Split ``target`` into maximal runs covered by the same latest cursor (``cursors`` sorted
-    by token, ascending; None where no cursor covers a run)."""
+    by token then version, ascending; None where no cursor covers a run)."""
     bounds = {target.lo, target.hi + 1}
     for cursor in cursors:
         if cursor.slots.overlaps(target):

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from keyshared.errors import ConfigurationError, UnreachableError
 
-__all__ = ["ClientErrors", "build_consumer", "check_reachable"]
+__all__ = ["ClientErrors", "assigns_incrementally", "build_consumer", "check_reachable"]
 
 _RETRY_TIMING = re.compile(r"\s*\(after \d+ms in state \w+\)")
 
@@ -105,3 +105,11 @@ def _unreachable(
         f"running and reachable, and does security.protocol={secured} (with its sasl.* / "
         "ssl.* settings) match the listener?"
     )
+
+
+def assigns_incrementally(config: dict[str, Any]) -> bool:
+    """Whether the group assigns incrementally (cooperative-sticky or KIP-848), as librdkafka
+    decides: rebalance callbacks must call ``incremental_assign`` then, else ``assign``."""
+    if str(config.get("group.protocol", "classic")).lower() == "consumer":
+        return True
+    return "cooperative" in str(config.get("partition.assignment.strategy", ""))

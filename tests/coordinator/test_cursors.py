@@ -121,3 +121,37 @@ def test_a_new_owner_of_a_range_with_many_stored_cursors_writes_at_once(
     assert [(c.partition, c.offset, c.member_id) for c in read_cursors(client, layout)] == [
         (p, 200 + p, "B") for p in range(7)
     ]
+
+
+def test_a_range_written_piece_by_piece_then_whole_resolves_to_its_latest_write(
+    zk_client: ClientFactory, layout: GroupLayout
+) -> None:
+    """A range put together from pieces that resume at different points is written one cursor
+    per piece (with the range's token) until its window has read past them, then whole. The
+    pieces and the whole range share a token: the later write must win, or a re-read would
+    resume the pieces from their older cursors and replay what the whole range said was done."""
+    from coordinator.plug.range_cursors import stored_cursors
+    from keyshared.core.claims import PartitionClaims
+
+    client = zk_client()
+    lease = RangeLeases(client, layout, "A").acquire(HALF, generation=1)
+    writer = CursorWriter(client, layout, lease)
+    left, right = SlotRange(0, 99), SlotRange(100, 32767)
+    with pytest.raises(ValueError, match="outside"):
+        writer.stage_pieces("payments", 0, [(SlotRange(0, 40000), 1, "")])
+    writer.stage_pieces("payments", 0, [(left, 500, ""), (right, 480, "")])
+    assert writer.flush() == 2
+    pieces = read_cursors(client, layout)
+    assert {(c.slots, c.offset, c.token) for c in pieces} == {
+        (left, 500, lease.token),
+        (right, 480, lease.token),
+    }
+    assert len({c.version for c in pieces}) == 1, "one transaction, one version"
+
+    writer.stage("payments", 0, 520)
+    assert writer.flush() == 1
+    stored = stored_cursors(read_cursors(client, layout))[("payments", 0)]
+    claims = PartitionClaims.resolve([(HALF, lease.token + 1)], stored, base=0)
+    assert [(p.slots, p.start) for p in claims.pieces] == [(HALF, 520)], (
+        "an older piece cursor of the same lease won over the later whole-range cursor"
+    )

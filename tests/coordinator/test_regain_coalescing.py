@@ -47,6 +47,7 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
         "_queue": Queue(waiting),
         "_group": "g",
         "_dispatcher": SimpleNamespace(lock=None),  # nothing given up: never taken
+        "_deferred": SimpleNamespace(ready=lambda: False),  # no re-read waiting for records
     }
     for name, value in fields.items():
         setattr(m, name, value)
