@@ -116,12 +116,15 @@ def account_duplicates(
         # With Kafka's classic group protocol a member's commits are refused while its group
         # rebalances (ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS), revoke commits included: a
         # record finished then and handed over (or its member killed) before the group was
-        # stable for a commit window is redone. Judged from the coordinator's own state.
+        # stable for a commit window is redone. Judged from the coordinator's own state, up to
+        # the redo or, with partition leases, up to the moment another process took the
+        # partition from below the record (the redo is then decided, however late a slow key
+        # lets the new holder reach it).
         redo = redo_start.get(rid)
         if (
             states is not None
             and redo is not None
-            and states.longest_stable(first.end, redo) * 1e9 < window
+            and states.longest_stable(first.end, _decided(first, redo, result)) * 1e9 < window
         ):
             result.rebalance_duplicates += 1
             continue
@@ -146,6 +149,22 @@ def account_duplicates(
             f"t={(first.end - result.t0) / 1e9:.2f}s, redone from "
             f"t={((redo or 0) - result.t0) / 1e9:.2f}s"
         )
+
+
+def _decided(first: Call, redo: int, result: ChaosResult) -> int:
+    """When a record's redo became certain: its redo, or the first later hand-over of its
+    partition to another process that resumes at or below it, whichever came first."""
+    for handover in result.handovers:  # in time order
+        if handover.t >= redo:
+            break
+        if (
+            handover.t > first.end
+            and handover.pid != first.pid
+            and handover.partition == first.partition
+            and (handover.offset is None or handover.offset <= first.offset)
+        ):
+            return handover.t
+    return redo
 
 
 def measure_convergence(calls: list[Call], result: ChaosResult) -> None:

@@ -39,6 +39,35 @@ def log_time(members: Members, name: str, text: str, clock_offset_ns: int) -> in
     return parse_log_time(lines[-1], clock_offset_ns)
 
 
+@dataclass(frozen=True)
+class Handover:
+    """A process took a partition's lease and resumes it from ``offset`` (None: nothing was
+    committed, so from the start): from ``t`` on, whatever the previous holder finished at or
+    above ``offset`` is bound to be redone, however late the new holder reaches it."""
+
+    pid: int
+    t: int
+    partition: int
+    offset: int | None
+
+
+HANDOVER = re.compile(r"\[(\d+)\]: lease held \(token \d+\), dispatching from (\S+)")
+
+
+def handovers_from_logs(members: Members, clock_offset_ns: int) -> list[Handover]:
+    """Every partition lease taken (``--partition-leases``), from the members' logs."""
+    handovers = []
+    for pid, name in members.names_by_pid.items():
+        for line in members.log(name).splitlines():
+            found = HANDOVER.search(line)
+            if found is None:
+                continue
+            offset = None if found[2] == "None" else int(found[2])
+            t = parse_log_time(line, clock_offset_ns)
+            handovers.append(Handover(pid, t, int(found[1]), offset))
+    return sorted(handovers, key=lambda h: h.t)
+
+
 def fences_from_logs(members: Members, clock_offset_ns: int) -> list[Fence]:
     """``lost`` partitions from the members' logs (the consumer logs each with its time)."""
     fences = []

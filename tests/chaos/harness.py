@@ -49,7 +49,7 @@ from confluent_kafka.admin import AdminClient
 from keyshared.dev import LocalCluster
 from keyshared.dev.testing import create_topic, delete_topics, unique_name
 from tests.chaos.analysis import analyse
-from tests.chaos.fences import fences_from_logs, log_time
+from tests.chaos.fences import fences_from_logs, handovers_from_logs, log_time
 from tests.chaos.members import Members, PacedProducer
 from tests.chaos.observers import CommitWatch, GroupStates, JournalTail, read_dlq, run_verify
 from tests.chaos.plan import (
@@ -150,6 +150,7 @@ def run_chaos(
     result.verify_dead_letters = sum(verify.get("dead_letters", {}).values())  # type: ignore[attr-defined, union-attr]
     expected = dict.fromkeys(keys, plan.per_key)
     fences = fences_from_logs(members, clock_offset_ns)
+    result.handovers = handovers_from_logs(members, clock_offset_ns)
     for fault in faults:
         if fault.kind == "member_stall" and fault.expired:
             fault.t_noticed = log_time(members, fault.target, EXPIRED_LOG, clock_offset_ns)

@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.chaos.fences import Handover
 from tests.chaos.observers import GroupStates
 from tests.chaos.plan import ChaosPlan, Fault
 from tests.kafka.support.journal import (
@@ -46,6 +47,7 @@ class ChaosResult:
     exit_codes: dict[str, int] = field(default_factory=dict)
     logs: Path | None = None
     group_states: GroupStates | None = None
+    handovers: list[Handover] = field(default_factory=list)  # partition leases taken
     rebalance_duplicates: int = 0  # the group rebalanced from their finish to their redo
     # the group rebalanced from their finish to their member's kill, uncommitted at the kill
     killed_in_rebalance_duplicates: int = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.chaos.accounting import Call, account_duplicates
+from tests.chaos.fences import Handover
 from tests.chaos.observers import GroupStates
 from tests.chaos.plan import ChaosPlan, Fault
 from tests.chaos.result import ChaosResult
@@ -80,6 +81,43 @@ def test_a_kill_excuses_only_the_records_above_what_its_victim_committed() -> No
     again = Call(2, (KEY, 2), start=12 * S, end=int(12.1 * S), kind="E", partition=0, offset=102)
     result = judge(late, again, stable, [kill])
     assert kill.redone_uncommitted == 1 and not result.unexplained_duplicates
+
+
+def _handed_over(*handovers: Handover) -> ChaosResult:
+    """Finding 11 (partition leases): the record finished at 5.2 s while the group rebalanced
+    (5 s to 10 s); the slow key's redo came only at 14 s, after 4 s of stable group."""
+    first = Call(
+        1, (KEY, 1), start=int(5.1 * S), end=int(5.2 * S), kind="E", partition=0, offset=50
+    )
+    redo = Call(2, (KEY, 1), start=14 * S, end=int(14.1 * S), kind="E", partition=0, offset=50)
+    plan = ChaosPlan("partition_leases", commit_interval=0.2)
+    result = ChaosResult(plan, [], t0=0, handovers=list(handovers))
+    result.duplicates = [first.rid]
+    result.group_states = states((0, 5, True), (5, 10, False), (10, 20, True))
+    account_duplicates([first, redo], result, [], plan)
+    return result
+
+
+def test_a_lease_taken_below_the_record_during_the_rebalance_excuses_a_late_redo() -> None:
+    result = _handed_over(Handover(pid=2, t=8 * S, partition=0, offset=40))
+    assert result.rebalance_duplicates == 1 and not result.unexplained_duplicates
+    result = _handed_over(Handover(pid=2, t=8 * S, partition=0, offset=None))
+    assert result.rebalance_duplicates == 1 and not result.unexplained_duplicates
+
+
+@pytest.mark.parametrize(
+    "handover",
+    [
+        Handover(pid=2, t=8 * S, partition=0, offset=51),  # resumed above it: it was committed
+        Handover(pid=2, t=8 * S, partition=1, offset=40),  # another partition
+        Handover(pid=1, t=8 * S, partition=0, offset=40),  # its own process took it again
+        Handover(pid=2, t=5 * S, partition=0, offset=40),  # before the record finished
+        Handover(pid=2, t=int(12.5 * S), partition=0, offset=40),  # after a stable window
+    ],
+)
+def test_a_hand_over_that_does_not_decide_the_redo_excuses_nothing(handover: Handover) -> None:
+    result = _handed_over(handover)
+    assert result.rebalance_duplicates == 0 and len(result.unexplained_duplicates) == 1
 
 
 def test_starts_of_a_stalled_member_before_it_noticed_the_expiry_are_taken_out() -> None:
