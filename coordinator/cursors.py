@@ -31,6 +31,7 @@ from kazoo.exceptions import (
     BadVersionError,
     NodeExistsError,
     NoNodeError,
+    NotEmptyError,
     RolledBackError,
     RuntimeInconsistency,
 )
@@ -38,9 +39,10 @@ from kazoo.exceptions import (
 from coordinator.errors import CoordinatorError, Fenced
 from coordinator.layout import GroupLayout, parse_partition, parse_range
 from coordinator.leases import Lease
+from keyshared.core.claims import StoredCursor, superseded
 from keyshared.core.slots import SlotRange
 
-__all__ = ["Cursor", "CursorWriter", "read_cursors", "start_positions"]
+__all__ = ["Cursor", "CursorWriter", "delete_superseded", "read_cursors", "start_positions"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,7 @@ class Cursor:
     member_id: str = ""
     token: int = -1
     version: int = 0
+    data_version: int = -1  # the znode's own version, for a conditional delete; -1: unknown
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -121,6 +124,7 @@ def read_cursors(
                 str(raw.get("member", "")),
                 int(raw.get("token", -1)),
                 stat.mzxid,
+                stat.version,
             )
         )
     return sorted(cursors, key=lambda c: (c.slots, c.topic, c.partition))
@@ -138,6 +142,47 @@ def start_positions(
         if key not in starts or cursor.offset < starts[key].offset:
             starts[key] = cursor
     return starts
+
+
+def delete_superseded(client: KazooClient, layout: GroupLayout, cursors: list[Cursor]) -> int:
+    """Delete the cursors no slot resolves to any more (:func:`keyshared.core.claims.superseded`)
+    and the range directories they leave empty; return how many cursors went.
+
+    Each delete is conditional on the version read, so a cursor written again since (it may
+    have become the latest for its slots) stays; a directory is deleted only if empty. Writers
+    recreate what they find gone. Pipelined: one round trip for all of them.
+    """
+    by_partition: dict[tuple[str, int], list[Cursor]] = {}
+    for cursor in cursors:
+        by_partition.setdefault((cursor.topic, cursor.partition), []).append(cursor)
+    doomed: list[Cursor] = []
+    for group in by_partition.values():
+        stored = [StoredCursor(c.slots, c.offset, c.token, version=c.version) for c in group]
+        doomed += [group[i] for i in superseded(stored) if group[i].data_version >= 0]
+    deletes = [
+        (cursor, client.delete_async(layout.cursor(cursor.slots, cursor.topic, cursor.partition),
+                                     version=cursor.data_version))
+        for cursor in doomed
+    ]  # fmt: skip
+    gone = 0
+    for _cursor, result in deletes:
+        try:
+            result.get()
+            gone += 1
+        except (NoNodeError, BadVersionError):
+            pass  # deleted by someone else, or written again since: it stays
+    remaining: dict[SlotRange, int] = {}
+    for cursor in cursors:
+        remaining[cursor.slots] = remaining.get(cursor.slots, 0) + 1
+    for cursor in doomed:
+        remaining[cursor.slots] -= 1
+    emptied = [slots for slots, left in remaining.items() if left == 0]
+    for _slots, result in [(s, client.delete_async(layout.cursor_range(s))) for s in emptied]:
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            result.get()
+    if gone:
+        log.debug("deleted %d superseded cursor(s), %d empty range(s)", gone, len(emptied))
+    return gone
 
 
 class CursorWriter:
@@ -222,13 +267,13 @@ class CursorWriter:
 
     def _write(self, staged: dict[tuple[str, int], list[Cursor]]) -> int:
         cursors = [cursor for pieces in staged.values() for cursor in pieces]
-        for slots in {c.slots for c in cursors} - self._directories:
-            with contextlib.suppress(NodeExistsError):
-                self._client.create(self._layout.cursor_range(slots), b"")
-            self._directories.add(slots)
         paths = [self._layout.cursor(c.slots, c.topic, c.partition) for c in cursors]
         self._learn_existing([path for path in paths if path not in self._existing])
         for _attempt in range(3):
+            for slots in {c.slots for c in cursors} - self._directories:
+                with contextlib.suppress(NodeExistsError):
+                    self._client.create(self._layout.cursor_range(slots), b"")
+                self._directories.add(slots)
             transaction = self._client.transaction()
             transaction.check(self.lease.path, 0)
             for path, cursor in zip(paths, cursors, strict=True):
@@ -244,11 +289,14 @@ class CursorWriter:
                 raise Fenced(self.lease.path, f"write {len(cursors)} cursor(s) of {self.slots}")
             # A multi stops at its first failing op: those before it answer RolledBackError,
             # those after it RuntimeInconsistency (never run). Only the failing op says anything.
-            for path, result in zip(paths, results[1:], strict=True):
+            for path, cursor, result in zip(paths, cursors, results[1:], strict=True):
                 if isinstance(result, NodeExistsError):
                     self._existing.add(path)  # a race: someone created it since the lookup
                 elif isinstance(result, NoNodeError):
+                    # Collected as superseded (delete_superseded), perhaps with its directory:
+                    # create both again.
                     self._existing.discard(path)
+                    self._directories.discard(cursor.slots)
                 elif isinstance(result, Exception) and not isinstance(
                     result, RolledBackError | RuntimeInconsistency
                 ):

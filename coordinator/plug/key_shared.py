@@ -25,13 +25,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from coordinator.assignment import AssignmentChange
-from coordinator.cursors import read_cursors
+from coordinator.cursors import Cursor, delete_superseded, read_cursors
 from coordinator.leases import Lease
 from coordinator.members import MemberInfo
 from coordinator.plug.deferred_rebuild import DeferredRebuild
@@ -223,9 +222,15 @@ class KeySharedMember:
         return ok
 
     def _commit_low_watermark(self, wait: bool = False) -> bool:
-        """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools)."""
-        cursors = partial(read_cursors, self._zk.client, self._zk.layout(self._group))
-        return commit_low_watermark(self._consumer, cursors, wait)
+        """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), and
+        collect the cursors superseded since: every re-read reads all of them."""
+        return commit_low_watermark(self._consumer, self._collected_cursors, wait)
+
+    def _collected_cursors(self) -> list[Cursor]:
+        layout = self._zk.layout(self._group)
+        cursors = read_cursors(self._zk.client, layout)
+        delete_superseded(self._zk.client, layout, cursors)
+        return cursors  # the superseded ones change no resolution, so no low watermark
 
     # -- applying assignments (poll thread, through the inbox) ---------------------------------
 

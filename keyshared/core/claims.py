@@ -14,7 +14,7 @@ up counts as done every record that its piece's cursor already covers.
 
 Example::
 
-    >>> from keyshared.core.slots import SlotRange
+    >>> from keyshared.core.slots import MAX_SLOT, SlotRange
     >>> stored = [StoredCursor(SlotRange(0, 65535), offset=100, token=1),
     ...           StoredCursor(SlotRange(0, 32767), offset=250, token=3, finished={260})]
     >>> claims = PartitionClaims.resolve([(SlotRange(0, 65535), 7)], stored, base=0)
@@ -31,13 +31,13 @@ Example::
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from keyshared.core.slots import SlotRange
+from keyshared.core.slots import MAX_SLOT, SlotRange
 
-__all__ = ["PartitionClaims", "Piece", "StoredCursor"]
+__all__ = ["PartitionClaims", "Piece", "StoredCursor", "superseded"]
 
 
 @dataclass(frozen=True)
@@ -168,3 +168,46 @@ def _latest_cover(
         else:
             runs.append((lo, hi, cover))
     return runs
+
+
+def superseded(cursors: Sequence[StoredCursor]) -> list[int]:
+    """Indices of the cursors (of one partition) that no slot resolves to any more: a later
+    cursor (higher token, or the same token written later) covers every slot of theirs.
+
+    Ranges split and merge with every plan and each shape keeps its own cursor, so a group
+    collects them; a member's re-read reads them all, and the 30-minute chaos run's re-reads
+    grew from 0.02 s to 2.7 s as thousands piled up. Deleting these changes no resolution
+    (:meth:`PartitionClaims.resolve` picks the latest cover of each slot), so they can go.
+    Cursors tied on (token, version) were written in one transaction, for disjoint pieces:
+    only strictly later ones supersede.
+    """
+    order = sorted(range(len(cursors)), key=lambda i: (cursors[i].token, cursors[i].version))
+    covered: list[tuple[int, int]] = []  # disjoint, sorted, non-adjacent slot runs
+    dead: list[int] = []
+    while order:
+        newest = (cursors[order[-1]].token, cursors[order[-1]].version)
+        tied = []
+        while order and (cursors[order[-1]].token, cursors[order[-1]].version) == newest:
+            tied.append(order.pop())
+        dead += [i for i in tied if _inside(covered, cursors[i].slots)]
+        for i in tied:
+            _cover(covered, cursors[i].slots)
+    return sorted(dead)
+
+
+def _inside(runs: list[tuple[int, int]], slots: SlotRange) -> bool:
+    index = bisect_right(runs, (slots.lo, MAX_SLOT + 1)) - 1
+    return index >= 0 and runs[index][0] <= slots.lo and slots.hi <= runs[index][1]
+
+
+def _cover(runs: list[tuple[int, int]], slots: SlotRange) -> None:
+    """Add ``slots`` to ``runs``, merging what overlaps or touches it."""
+    lo, hi = slots.lo, slots.hi
+    first = bisect_right(runs, (lo, MAX_SLOT + 1)) - 1
+    if first < 0 or runs[first][1] < lo - 1:
+        first += 1
+    last = first
+    while last < len(runs) and runs[last][0] <= hi + 1:
+        lo, hi = min(lo, runs[last][0]), max(hi, runs[last][1])
+        last += 1
+    runs[first:last] = [(lo, hi)]

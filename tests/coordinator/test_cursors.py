@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.cursors import CursorWriter, read_cursors, start_positions
+from coordinator.cursors import CursorWriter, delete_superseded, read_cursors, start_positions
 from coordinator.errors import Fenced
 from coordinator.layout import GroupLayout
 from coordinator.leases import RangeLeases
@@ -155,3 +155,45 @@ def test_a_range_written_piece_by_piece_then_whole_resolves_to_its_latest_write(
     assert [(p.slots, p.start) for p in claims.pieces] == [(HALF, 520)], (
         "an older piece cursor of the same lease won over the later whole-range cursor"
     )
+
+
+def test_superseded_cursors_are_collected_and_their_writers_recreate_them(
+    zk_client: ClientFactory, layout: GroupLayout
+) -> None:
+    """Each range shape keeps its own cursors and a group collects thousands of them (the
+    30-minute chaos run: 1,434 range directories; every re-read read them all, 2.7 s at the
+    end). Those no slot resolves to any more go, with the directories they leave empty; a
+    writer whose cursor was collected writes it again; one written again since stays."""
+    client = zk_client()
+    leases = RangeLeases(client, layout, "A")
+    old = leases.acquire(SlotRange(0, 199), generation=1)
+    old_writer = CursorWriter(client, layout, old)
+    old_writer.stage("payments", 0, 100)
+    old_writer.flush()
+    leases.release(old)
+    lease = leases.acquire(HALF, generation=2)
+    writer = CursorWriter(client, layout, lease)
+    left, right = SlotRange(0, 99), SlotRange(100, 32767)
+    writer.stage_pieces("payments", 0, [(left, 500, ""), (right, 480, "")])
+    writer.flush()
+    writer.stage("payments", 0, 520)
+    writer.flush()
+    before = read_cursors(client, layout)
+    assert len(before) == 4
+
+    assert delete_superseded(client, layout, before) == 3
+    (kept,) = read_cursors(client, layout)
+    assert (kept.slots, kept.offset) == (HALF, 520)
+    assert client.get_children(layout.cursors) == [layout.cursor_range(HALF).rsplit("/", 1)[1]]
+
+    writer.stage_pieces("payments", 0, [(left, 530, ""), (right, 525, "")])
+    assert writer.flush() == 2, "the pieces' cursors and directories were collected"
+    newer = read_cursors(client, layout)
+    writer.stage("payments", 0, 540)  # written after the collector read: it must stay
+    writer.flush()
+    assert delete_superseded(client, layout, newer) == 0
+    assert {(c.slots, c.offset) for c in read_cursors(client, layout)} == {
+        (HALF, 540),
+        (left, 530),
+        (right, 525),
+    }

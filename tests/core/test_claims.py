@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keyshared.core.claims import PartitionClaims, StoredCursor
+from keyshared.core.claims import PartitionClaims, StoredCursor, superseded
 from keyshared.core.slots import MAX_SLOT, SlotRange
 
 slot = st.integers(0, MAX_SLOT)
@@ -88,3 +88,55 @@ def test_nothing_held() -> None:
     assert not claims.accepts(5, 5)
     with pytest.raises(KeyError, match="slot 5 is not held"):
         claims.is_done(5, 5)
+
+
+@st.composite
+def cursor_history(draw: st.DrawFn) -> list[StoredCursor]:
+    """Cursors as a group piles them up: leases (tokens) in turn, each writing its range whole
+    or piece by piece (one transaction: one version) several times."""
+    stored: list[StoredCursor] = []
+    version = 0
+    for token in range(draw(st.integers(1, 8))):
+        held = draw(ranges())
+        for _write in range(draw(st.integers(1, 3))):
+            version += 1
+            cut = draw(st.integers(held.lo, held.hi))
+            pieces = (
+                [held]
+                if cut == held.lo or not draw(st.booleans())
+                else [SlotRange(held.lo, cut - 1), SlotRange(cut, held.hi)]
+            )
+            stored += [
+                StoredCursor(piece, draw(st.integers(0, 100)), token, frozenset(), version)
+                for piece in pieces
+            ]
+    return draw(st.permutations(stored))
+
+
+@given(cursor_history(), st.lists(ranges(), min_size=1, max_size=3))
+def test_collecting_superseded_cursors_changes_no_resolution(
+    stored: list[StoredCursor], held: list[SlotRange]
+) -> None:
+    dead = set(superseded(stored))
+    kept = [c for i, c in enumerate(stored) if i not in dead]
+    pairs = [(slots, 99) for slots in held]
+    before = PartitionClaims.resolve(pairs, stored, base=-1)
+    after = PartitionClaims.resolve(pairs, kept, base=-1)
+    assert [(p.slots, p.start, p.source) for p in after.pieces] == [
+        (p.slots, p.start, p.source) for p in before.pieces
+    ]
+    everything = PartitionClaims.resolve([(SlotRange(0, MAX_SLOT), 99)], kept, base=-1)
+    # every cursor kept is the latest for some slot: none is kept for nothing
+    sources = {(p.source, p.start) for p in everything.pieces}
+    assert all((c.token, c.offset) in sources for c in kept)
+
+
+def test_a_range_rewritten_whole_supersedes_its_pieces_and_its_predecessors() -> None:
+    old = StoredCursor(SlotRange(0, 99), 10, token=1, version=1)
+    left = StoredCursor(SlotRange(0, 49), 20, token=2, version=2)
+    right = StoredCursor(SlotRange(50, 99), 30, token=2, version=2)  # same transaction
+    whole = StoredCursor(SlotRange(0, 99), 40, token=2, version=3)
+    wider = StoredCursor(SlotRange(0, 200), 5, token=1, version=0)  # slots 100-200: only it
+    assert superseded([old, left, right, wider]) == [0]
+    assert superseded([old, left, right, whole, wider]) == [0, 1, 2]
+    assert superseded([left, right]) == []
