@@ -49,6 +49,7 @@ class ChaosResult:
     group_states: GroupStates | None = None
     handovers: list[Handover] = field(default_factory=list)  # partition leases taken
     rebalance_duplicates: int = 0  # the group rebalanced from their finish to their redo
+    handover_bounded: int = 0  # of them: up to their partition's hand-over, not their redo
     # the group rebalanced from their finish to their member's kill, uncommitted at the kill
     killed_in_rebalance_duplicates: int = 0
 
@@ -108,7 +109,8 @@ class ChaosResult:
             f"{sum(f.redone_uncommitted for f in self.faults)}, of them finished more than a "
             f"commit window before the kill {self.late_commit_duplicates}",
             f"  redone because the group rebalanced from their finish to their hand-over (commits "
-            f"refused): {self.rebalance_duplicates}",
+            f"refused): {self.rebalance_duplicates}, of them up to a partition lease's hand-over "
+            f"(the redo came later) {self.handover_bounded}",
             f"  redone because their member was killed before the group's rebalance ended "
             f"(commits held back; uncommitted at the kill): {self.killed_in_rebalance_duplicates}",
             f"zombie calls (still running when their member's session or partition was gone; "

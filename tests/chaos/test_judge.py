@@ -101,6 +101,7 @@ def _handed_over(*handovers: Handover) -> ChaosResult:
 def test_a_lease_taken_below_the_record_during_the_rebalance_excuses_a_late_redo() -> None:
     result = _handed_over(Handover(pid=2, t=8 * S, partition=0, offset=40))
     assert result.rebalance_duplicates == 1 and not result.unexplained_duplicates
+    assert result.handover_bounded == 1
     result = _handed_over(Handover(pid=2, t=8 * S, partition=0, offset=None))
     assert result.rebalance_duplicates == 1 and not result.unexplained_duplicates
 
