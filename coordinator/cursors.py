@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import threading
+from collections import Counter
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -42,7 +43,14 @@ from coordinator.leases import Lease
 from keyshared.core.claims import StoredCursor, superseded
 from keyshared.core.slots import SlotRange
 
-__all__ = ["Cursor", "CursorWriter", "delete_superseded", "read_cursors", "start_positions"]
+__all__ = [
+    "Cursor",
+    "CursorWriter",
+    "delete_superseded",
+    "read_and_collect",
+    "read_cursors",
+    "start_positions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -160,29 +168,32 @@ def delete_superseded(client: KazooClient, layout: GroupLayout, cursors: list[Cu
         stored = [StoredCursor(c.slots, c.offset, c.token, version=c.version) for c in group]
         doomed += [group[i] for i in superseded(stored) if group[i].data_version >= 0]
     deletes = [
-        (cursor, client.delete_async(layout.cursor(cursor.slots, cursor.topic, cursor.partition),
-                                     version=cursor.data_version))
-        for cursor in doomed
-    ]  # fmt: skip
+        client.delete_async(layout.cursor(c.slots, c.topic, c.partition), version=c.data_version)
+        for c in doomed
+    ]
     gone = 0
-    for _cursor, result in deletes:
+    for result in deletes:
         try:
             result.get()
             gone += 1
         except (NoNodeError, BadVersionError):
             pass  # deleted by someone else, or written again since: it stays
-    remaining: dict[SlotRange, int] = {}
-    for cursor in cursors:
-        remaining[cursor.slots] = remaining.get(cursor.slots, 0) + 1
-    for cursor in doomed:
-        remaining[cursor.slots] -= 1
-    emptied = [slots for slots, left in remaining.items() if left == 0]
-    for _slots, result in [(s, client.delete_async(layout.cursor_range(s))) for s in emptied]:
+    remaining = Counter(c.slots for c in cursors) - Counter(c.slots for c in doomed)
+    emptied = {c.slots for c in doomed} - set(remaining)
+    for result in [client.delete_async(layout.cursor_range(slots)) for slots in emptied]:
         with contextlib.suppress(NoNodeError, NotEmptyError):
             result.get()
     if gone:
         log.debug("deleted %d superseded cursor(s), %d empty range(s)", gone, len(emptied))
     return gone
+
+
+def read_and_collect(client: KazooClient, layout: GroupLayout) -> list[Cursor]:
+    """Every stored cursor, as :func:`read_cursors`, deleting on the way those superseded (the
+    leader's periodic pass). The list still holds them: they change no resolution."""
+    cursors = read_cursors(client, layout)
+    delete_superseded(client, layout, cursors)
+    return cursors
 
 
 class CursorWriter:

@@ -25,12 +25,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from coordinator.assignment import AssignmentChange
-from coordinator.cursors import Cursor, delete_superseded, read_cursors
+from coordinator.cursors import read_and_collect, read_cursors
 from coordinator.leases import Lease
 from coordinator.members import MemberInfo
 from coordinator.plug.deferred_rebuild import DeferredRebuild
@@ -224,13 +225,8 @@ class KeySharedMember:
     def _commit_low_watermark(self, wait: bool = False) -> bool:
         """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), and
         collect the cursors superseded since: every re-read reads all of them."""
-        return commit_low_watermark(self._consumer, self._collected_cursors, wait)
-
-    def _collected_cursors(self) -> list[Cursor]:
-        layout = self._zk.layout(self._group)
-        cursors = read_cursors(self._zk.client, layout)
-        delete_superseded(self._zk.client, layout, cursors)
-        return cursors  # the superseded ones change no resolution, so no low watermark
+        cursors = partial(read_and_collect, self._zk.client, self._zk.layout(self._group))
+        return commit_low_watermark(self._consumer, cursors, wait)
 
     # -- applying assignments (poll thread, through the inbox) ---------------------------------
 

@@ -14,7 +14,7 @@ up counts as done every record that its piece's cursor already covers.
 
 Example::
 
-    >>> from keyshared.core.slots import MAX_SLOT, SlotRange
+    >>> from keyshared.core.slots import SlotRange
     >>> stored = [StoredCursor(SlotRange(0, 65535), offset=100, token=1),
     ...           StoredCursor(SlotRange(0, 32767), offset=250, token=3, finished={260})]
     >>> claims = PartitionClaims.resolve([(SlotRange(0, 65535), 7)], stored, base=0)

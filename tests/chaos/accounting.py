@@ -121,12 +121,10 @@ def account_duplicates(
         # partition from below the record (the redo is then decided, however late a slow key
         # lets the new holder reach it).
         redo = redo_start.get(rid)
-        decided = None if redo is None else _decided(first, redo, result)
         if (
             states is not None
             and redo is not None
-            and decided is not None
-            and states.longest_stable(first.end, decided) * 1e9 < window
+            and states.longest_stable(first.end, _decided(first, redo, result)) * 1e9 < window
         ):
             result.rebalance_duplicates += 1
             result.handover_bounded += states.longest_stable(first.end, redo) * 1e9 >= window
