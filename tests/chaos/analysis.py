@@ -179,10 +179,13 @@ def _end_fenced_calls(
         start = starts.pop(call, None)
         fence = None
         if start is not None:
-            fence = next(
+            # The earliest fence: a stalled member is fenced at the stall, and again when it
+            # learns on waking that the group took its partitions (a later ``lost`` fence).
+            fence = min(
                 (f for f in fences if f.covers(event.pid, event.partition)
                  and start.t < f.t < event.t),
-                None,
+                key=lambda f: f.t,
+                default=None,
             )  # fmt: skip
         if fence is not None:
             zombies[fence.cause] += 1

@@ -196,3 +196,18 @@ def test_a_call_journaled_as_its_member_was_being_killed_does_not_stay_open() ->
     ]
     assert overlaps(events, {old: 2_000}) == []
     assert overlaps(events, {}) != []  # without the kill, the old member's calls stay open
+
+
+def test_a_call_frozen_in_a_stall_ends_at_the_stall_not_at_a_later_fence() -> None:
+    """A CI run (partition leases): the stalled member's call of seq 2 was ended at its later
+    ``lost`` fence (it learned on waking that the group took its partition), listed first,
+    instead of at the stall, so the new owner's seq 2 during the stall looked like an overlap."""
+    from tests.chaos.analysis import _end_fenced_calls
+    from tests.chaos.fences import Fence
+
+    stall = Fence(7, 2 * S, 11 * S, None, "stall")
+    lost = Fence(7, 11 * S, 11 * S, frozenset({0}), "lost")
+    frozen = [Event("S", KEY, 2, 7, 0, 10, 1 * S, 1), Event("E", KEY, 2, 7, 0, 10, 12 * S, 1)]
+    events, zombies = _end_fenced_calls(frozen, [lost, stall])
+    assert [(e.kind, e.t) for e in events] == [("S", 1 * S), ("K", 2 * S)]
+    assert zombies == {"stall": 1}
