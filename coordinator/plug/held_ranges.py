@@ -23,6 +23,7 @@ from coordinator.errors import CoordinatorError, Fenced
 from coordinator.leases import Lease, RangeLeases
 from coordinator.plug.range_cursors import cursors_for, idle
 from keyshared.core.claims import PartitionClaims
+from keyshared.core.runs import OffsetRuns
 from keyshared.core.slots import SlotRange
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 trace = logging.getLogger("keyshared.trace")  # cursor diagnostics, off unless set to DEBUG
 
 TP = tuple[str, int]
-Progress = tuple[TP, int, list[int], int]  # partition, safe cursor, finished above, seen end
+Progress = tuple[TP, int, OffsetRuns, int]  # partition, safe cursor, finished above, seen end
 
 
 @dataclass

@@ -15,7 +15,8 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from coordinator.cursors import Cursor
 from keyshared.core.claims import PartitionClaims, StoredCursor
-from keyshared.core.offsets import decode_finished, encode_finished
+from keyshared.core.offsets import decode_finished, encode_within
+from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 from keyshared.core.slots import MAX_SLOT, SlotRange
 from keyshared.errors import ConfigurationError, KeySharedError
 
@@ -42,7 +43,7 @@ _CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per 
 _RESET_TO_END = ("latest", "end", "largest")
 
 
-Decoded = dict[tuple[SlotRange, str, int], tuple[int, str, frozenset[int]]]
+Decoded = dict[tuple[SlotRange, str, int], tuple[int, str, OffsetRuns]]
 """A member's decoded cursors of its last read: (range, topic, partition) -> (offset,
 metadata, finished offsets)."""
 
@@ -124,7 +125,7 @@ def cursors_for(
     slots: SlotRange,
     claims: PartitionClaims | None,
     window_cursor: int,
-    finished: list[int] | set[int] | frozenset[int],
+    finished: Iterable[int],
     seen_end: int,
 ) -> list[tuple[SlotRange, int, str]] | None:
     """The cursor(s) of one range in one partition, from the member's window, as
@@ -144,6 +145,7 @@ def cursors_for(
     :param seen_end: one past the highest offset the window has taken in
         (:attr:`keyshared.core.window.InFlightWindow.seen_end`).
     """
+    finished = OffsetRuns.coerce(finished)
     pieces = [] if claims is None else [p for p in claims.pieces if p.slots.overlaps(slots)]
     if not pieces or not _covers(pieces, slots):
         # Some slots of the range were not this member's when its window was built: the
@@ -156,7 +158,7 @@ def cursors_for(
     if len(pieces) == 1 or seen_end >= _known_until(pieces, floor):
         # One piece, or the window has taken in everything its pieces know: the window's
         # own account (each record judged by its own slot's piece) is the whole truth.
-        carried = pieces[0].finished if len(pieces) == 1 else frozenset()
+        carried = pieces[0].finished if len(pieces) == 1 else EMPTY_RUNS
         return [(slots, *_cursor(floor, finished, carried))]
     # The range resumes at different points for different slots (it was put together from
     # ranges held before), and one offset plus finished offsets cannot say "done for these
@@ -171,7 +173,7 @@ def cursors_for(
     ]
 
 
-def _cursor(floor: int, finished: Iterable[int], carried: Iterable[int]) -> tuple[int, str]:
+def _cursor(floor: int, finished: OffsetRuns, carried: OffsetRuns) -> tuple[int, str]:
     """The offset and metadata saying "done below ``floor``, and at these offsets above".
 
     A stored cursor's finished offsets (``carried``) are only true for records of its own
@@ -179,17 +181,16 @@ def _cursor(floor: int, finished: Iterable[int], carried: Iterable[int]) -> tupl
     into a cursor of a wider range they would claim other slots' records done and lose them
     (found by the join/leave/crash test in CI): only a piece's own cursor carries them.
     """
-    done = {o for o in finished if o >= floor} | {o for o in carried if o >= floor}
+    done = finished.from_floor(floor) | carried.from_floor(floor)
     # The cursor names the first record *not* done, and the metadata holds only offsets above
     # it: a finished record at the floor (typically the resume point of a piece, finished by
     # this member since) must move the cursor on, or it is dropped and its next owner redoes
     # it (found by the chaos run).
-    while floor in done:
-        done.discard(floor)
-        floor += 1
+    floor = done.run_end(floor)
+    done = done.from_floor(floor + 1)
     if not done:
         return floor, ""
-    return floor, encode_finished(floor, sorted(done), _CURSOR_METADATA_BYTES) or ""
+    return floor, encode_within(floor, done, _CURSOR_METADATA_BYTES).text
 
 
 def _known_until(pieces: list[Any], floor: int) -> int:
@@ -197,9 +198,9 @@ def _known_until(pieces: list[Any], floor: int) -> int:
     known = floor
     for piece in pieces:
         known = max(known, piece.start)
-        above = [o for o in piece.finished if o >= floor]
-        if above:
-            known = max(known, max(above) + 1)
+        last = piece.finished.last
+        if last is not None and last >= floor:
+            known = max(known, last + 1)
     return known
 
 

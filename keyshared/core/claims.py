@@ -31,10 +31,11 @@ Example::
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 from keyshared.core.slots import MAX_SLOT, SlotRange
 
 __all__ = ["PartitionClaims", "Piece", "StoredCursor", "superseded"]
@@ -55,7 +56,7 @@ class StoredCursor:
     slots: SlotRange
     offset: int
     token: int
-    finished: frozenset[int] | set[int] = frozenset()
+    finished: Set[int] = EMPTY_RUNS
     version: int = 0
 
 
@@ -65,7 +66,7 @@ class Piece:
 
     slots: SlotRange
     start: int
-    finished: frozenset[int]
+    finished: OffsetRuns
     token: int  # the fencing token of the held range this piece belongs to
     source: int = -1  # the token of the cursor it resumes from (-1: the partition's base)
 
@@ -104,9 +105,9 @@ class PartitionClaims:
         for held_range, token in held:
             for lo, hi, cursor in _latest_cover(held_range, cursors):
                 if cursor is None:
-                    pieces.append(Piece(SlotRange(lo, hi), base, frozenset(), token))
+                    pieces.append(Piece(SlotRange(lo, hi), base, EMPTY_RUNS, token))
                 else:
-                    finished = frozenset(cursor.finished)
+                    finished = OffsetRuns.coerce(cursor.finished)
                     pieces.append(
                         Piece(SlotRange(lo, hi), cursor.offset, finished, token, cursor.token)
                     )

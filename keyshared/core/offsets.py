@@ -6,8 +6,13 @@ key holds the cursor back). Kafka lets a commit carry a metadata string next to 
 put those finished offsets there; after a restart or a hand-over the new owner skips them instead
 of processing them twice. The metadata is only ever an optimisation: when it is missing, foreign,
 damaged or too large, the reader treats nothing above the cursor as finished and reprocesses it,
-which keeps at-least-once intact. That is why decoding never raises and why encoding gives up
-(returns ``None``) instead of truncating.
+which keeps at-least-once intact. That is why decoding never raises, and why an encoding that
+does not fit keeps only the runs nearest the cursor (:func:`encode_within`: a subset of what is
+finished is always true; what it leaves out is counted so the caller can say so).
+
+Finished offsets travel as runs end to end: the window computes them as runs, the encoder writes
+runs, the decoder returns :class:`~keyshared.core.runs.OffsetRuns`. One stuck record with 200,000
+finished offsets above it is one run: a few bytes, not a list of 200,000 ints.
 
 Format: ``"ks1:" + base85(payload)``, where the payload is::
 
@@ -34,13 +39,18 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "METADATA_PREFIX",
+    "Encoded",
     "decode_finished",
     "encode_finished",
+    "encode_within",
     "is_keyshared_metadata",
 ]
 
@@ -57,11 +67,12 @@ _KIND_MASK = 0x03
 _COMPRESSED = 0x80
 _CRC_BYTES = 4
 
-# Limits on what a decoder will expand, so a crafted or damaged string cannot exhaust memory. A
-# real window holds far fewer finished offsets than this; the encoder never produces more, and the
-# decoder treats anything larger as foreign.
+# Limits on what a decoder will expand, so a crafted or damaged string cannot exhaust memory. The
+# decoder keeps runs, never one int per offset, so a run may be as long as it likes; the number of
+# runs is what costs memory, and a real window has far fewer than this.
 _MAX_BODY_BYTES = 1 << 20
-_MAX_DECODED = 1 << 20
+_MAX_RUNS = 1 << 18
+_MAX_OFFSET = (1 << 63) - 1  # Kafka offsets are signed 64-bit
 
 
 def encode_finished(
@@ -70,23 +81,64 @@ def encode_finished(
     """Encode the offsets in ``finished`` that are strictly above ``cursor``.
 
     :param cursor: the offset being committed (the next one to consume, itself unfinished).
-    :param finished: finished offsets; those ``<= cursor`` are ignored, duplicates are fine.
+    :param finished: finished offsets (an :class:`OffsetRuns` is taken as runs, without
+        expanding it); those ``<= cursor`` are ignored, duplicates are fine.
     :param max_bytes: the longest string the caller can commit.
     :returns: the metadata string (``""`` when nothing above the cursor is finished), or
         ``None`` when it cannot fit in ``max_bytes``; the caller then commits the plain cursor.
     """
-    offsets = sorted({offset for offset in finished if offset > cursor})
-    if not offsets:
+    encoded = encode_within(cursor, finished, max_bytes)
+    return encoded.text if not encoded.left_out else None
+
+
+class Encoded(NamedTuple):
+    """Metadata that fits, and how many finished offsets it had to leave out to fit."""
+
+    text: str
+    left_out: int
+
+
+def encode_within(
+    cursor: int, finished: Iterable[int], max_bytes: int = DEFAULT_MAX_BYTES
+) -> Encoded:
+    """Encode as many finished offsets above ``cursor`` as fit in ``max_bytes``.
+
+    When all of them do not fit, the runs nearest the cursor are kept: they are the ones the
+    cursor reaches first, and what is left out is only redone after a crash, never lost (the
+    metadata always names a subset of what is finished). ``left_out`` says how many offsets
+    that costs, for the metric and the log line.
+    """
+    runs = OffsetRuns.coerce(finished).from_floor(cursor + 1)
+    if not runs:
+        return Encoded("", 0)
+    text = _encode_runs_text(cursor, runs.runs)
+    if len(text) <= max_bytes:
+        return Encoded(text, 0)
+    # Binary search on how many runs (from the cursor up) fit.
+    all_runs = runs.runs
+    lo, hi = 0, len(all_runs)
+    best = ""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        candidate = _encode_runs_text(cursor, all_runs[:mid])
+        if len(candidate) <= max_bytes:
+            lo, best = mid, candidate
+        else:
+            hi = mid - 1
+    kept = sum(end - start for start, end in all_runs[:lo])
+    return Encoded(best, len(runs) - kept)
+
+
+def _encode_runs_text(cursor: int, runs: Sequence[tuple[int, int]]) -> str:
+    if not runs:
         return ""
-    if len(offsets) > _MAX_DECODED:
-        return None
-    runs = _encode_runs(cursor, offsets)
-    candidates = [(_KIND_RUNS, runs)]
-    span_bytes = (offsets[-1] - cursor + 7) // 8
+    body_runs = _encode_runs(cursor, runs)
+    candidates = [(_KIND_RUNS, body_runs)]
+    span_bytes = (runs[-1][1] - 1 - cursor + 7) // 8
     # A bitset whose raw size is far above the run list's can only win on extremely regular
     # data that compresses as well in run form, so it is not worth allocating.
-    if span_bytes <= 4 * len(runs):
-        candidates.append((_KIND_BITSET, _encode_bitset(cursor, offsets, span_bytes)))
+    if span_bytes <= 4 * len(body_runs):
+        candidates.append((_KIND_BITSET, _encode_bitset(cursor, runs, span_bytes)))
     options: list[tuple[int, int, bytes]] = []
     for kind, raw in candidates:
         options.append((len(raw), kind, raw))
@@ -98,11 +150,10 @@ def encode_finished(
     _put_varint(payload, _zigzag(cursor))
     payload += body
     payload += zlib.crc32(payload).to_bytes(_CRC_BYTES, "little")
-    text = METADATA_PREFIX + base64.b85encode(bytes(payload)).decode("ascii")
-    return text if len(text) <= max_bytes else None
+    return METADATA_PREFIX + base64.b85encode(bytes(payload)).decode("ascii")
 
 
-def decode_finished(cursor: int, metadata: str | None) -> frozenset[int]:
+def decode_finished(cursor: int, metadata: str | None) -> OffsetRuns:
     """Return the finished offsets above ``cursor`` recorded in ``metadata``.
 
     Never raises: empty, foreign (another tool's) or damaged metadata gives an empty set, as does
@@ -110,11 +161,11 @@ def decode_finished(cursor: int, metadata: str | None) -> frozenset[int]:
     operator wants those offsets processed again).
     """
     if not isinstance(metadata, str) or not metadata.startswith(METADATA_PREFIX):
-        return frozenset()
+        return EMPTY_RUNS
     try:
         decoded = _decode(cursor, metadata)
     except Exception:
-        return frozenset()
+        return EMPTY_RUNS
     return decoded
 
 
@@ -123,88 +174,90 @@ def is_keyshared_metadata(metadata: str | None) -> bool:
     return isinstance(metadata, str) and metadata.startswith(METADATA_PREFIX)
 
 
-def _decode(cursor: int, metadata: str) -> frozenset[int]:
+def _decode(cursor: int, metadata: str) -> OffsetRuns:
     payload = base64.b85decode(metadata[len(METADATA_PREFIX) :])
     if len(payload) < 2 + 1 + _CRC_BYTES or payload[0] != _VERSION:
-        return frozenset()
+        return EMPTY_RUNS
     content, crc = payload[:-_CRC_BYTES], payload[-_CRC_BYTES:]
     if zlib.crc32(content).to_bytes(_CRC_BYTES, "little") != crc:
-        return frozenset()
+        return EMPTY_RUNS
     flags = content[1]
     zigzag_base, position = _get_varint(content, 2)
     base = _unzigzag(zigzag_base)
     if cursor < base:
-        return frozenset()
+        return EMPTY_RUNS
     body = content[position:]
     if flags & _COMPRESSED:
         inflater = zlib.decompressobj()
         body = inflater.decompress(body, _MAX_BODY_BYTES)
         if inflater.unconsumed_tail or not inflater.eof:
-            return frozenset()
+            return EMPTY_RUNS
     kind = flags & _KIND_MASK
     if kind == _KIND_RUNS:
-        offsets = _decode_runs(base, body)
+        runs = _decode_runs(base, body)
     elif kind == _KIND_BITSET:
-        offsets = _decode_bitset(base, body)
+        runs = _decode_bitset(base, body)
     else:
-        return frozenset()
-    if cursor > base:
-        return frozenset(offset for offset in offsets if offset > cursor)
-    return frozenset(offsets)
+        return EMPTY_RUNS
+    decoded = OffsetRuns.from_sorted_runs(runs)
+    return decoded.from_floor(cursor + 1) if cursor > base else decoded
 
 
-def _encode_runs(base: int, offsets: list[int]) -> bytes:
+def _encode_runs(base: int, runs: Sequence[tuple[int, int]]) -> bytes:
     out = bytearray()
     # The first run may start right after the base; later runs are at least one offset apart,
     # so their gap is stored minus one.
     expected = base + 1
-    run_start = previous = offsets[0]
-    for offset in offsets[1:]:
-        if offset != previous + 1:
-            _put_varint(out, run_start - expected)
-            _put_varint(out, previous - run_start)
-            expected = previous + 2
-            run_start = offset
-        previous = offset
-    _put_varint(out, run_start - expected)
-    _put_varint(out, previous - run_start)
+    for start, end in runs:
+        _put_varint(out, start - expected)
+        _put_varint(out, end - 1 - start)
+        expected = end + 1
     return bytes(out)
 
 
-def _decode_runs(base: int, body: bytes) -> list[int]:
-    offsets: list[int] = []
+def _decode_runs(base: int, body: bytes) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
     expected = base + 1
     position = 0
     while position < len(body):
         gap, position = _get_varint(body, position)
         length_minus_one, position = _get_varint(body, position)
-        if len(offsets) + length_minus_one + 1 > _MAX_DECODED:
-            raise ValueError("too many offsets")
+        if len(runs) >= _MAX_RUNS:
+            raise ValueError("too many runs")
         start = expected + gap
-        offsets.extend(range(start, start + length_minus_one + 1))
+        if start + length_minus_one >= _MAX_OFFSET:
+            raise ValueError("run beyond Kafka's offset range")
+        runs.append((start, start + length_minus_one + 1))
         expected = start + length_minus_one + 2
-    return offsets
+    return runs
 
 
-def _encode_bitset(base: int, offsets: list[int], span_bytes: int) -> bytes:
+def _encode_bitset(base: int, runs: Sequence[tuple[int, int]], span_bytes: int) -> bytes:
     bits = bytearray(span_bytes)
     first = base + 1
-    for offset in offsets:
-        index = offset - first
-        bits[index >> 3] |= 1 << (index & 7)
+    for start, end in runs:
+        for offset in range(start, end):
+            index = offset - first
+            bits[index >> 3] |= 1 << (index & 7)
     return bytes(bits)
 
 
-def _decode_bitset(base: int, body: bytes) -> list[int]:
-    if int.from_bytes(body, "little").bit_count() > _MAX_DECODED:
-        raise ValueError("too many offsets")
+def _decode_bitset(base: int, body: bytes) -> list[tuple[int, int]]:
     first = base + 1
-    offsets: list[int] = []
+    runs: list[tuple[int, int]] = []
     for byte_index, byte in enumerate(body):
         if byte:
             bit_base = first + (byte_index << 3)
-            offsets.extend(bit_base + bit for bit in range(8) if byte >> bit & 1)
-    return offsets
+            for bit in range(8):
+                if byte >> bit & 1:
+                    offset = bit_base + bit
+                    if runs and runs[-1][1] == offset:
+                        runs[-1] = (runs[-1][0], offset + 1)
+                    else:
+                        if len(runs) >= _MAX_RUNS:
+                            raise ValueError("too many runs")
+                        runs.append((offset, offset + 1))
+    return runs
 
 
 def _zigzag(value: int) -> int:

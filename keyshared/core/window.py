@@ -15,8 +15,11 @@ actually received and never assumes ``offset + 1`` exists.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
+
+from keyshared.core.runs import EMPTY_RUNS, OffsetRuns, RunCursor
 
 __all__ = ["CursorBlocker", "Entry", "InFlightWindow", "WindowDrain"]
 
@@ -25,7 +28,13 @@ P = TypeVar("P")
 
 @dataclass(slots=True, eq=False)
 class Entry(Generic[P]):
-    """One received record's bookkeeping. ``payload`` is opaque to the window."""
+    """One received, unfinished record's bookkeeping. ``payload`` is opaque to the window.
+
+    ``next`` chains the records waiting behind this one's key: a key's queue is a linked list
+    through its own entries, so a busy key costs one pointer per waiting record instead of a
+    queue object per key (a deque is 600 bytes; at 8 records per key that was most of the
+    window's memory).
+    """
 
     offset: int
     key: bytes | None
@@ -37,6 +46,7 @@ class Entry(Generic[P]):
     done: bool = False
     attempt: int = field(default=1)
     first_failure: float | None = None  # wall-clock time of the first failed attempt
+    next: Entry[P] | None = None  # the next record of this key, waiting behind this one
 
 
 class CursorBlocker(NamedTuple):
@@ -63,14 +73,22 @@ class InFlightWindow(Generic[P]):
         w = InFlightWindow[str](start_offset=0)
         first = w.admit(0, b"k", worker=0, payload="a", now=0.0)   # dispatch it
         assert w.admit(1, b"k", worker=0, payload="b", now=0.0) is None  # waits behind 0
-        released = w.complete(0)   # -> [entry for offset 1]
+        released = w.complete(first)   # -> [entry for offset 1]
         w.safe_cursor              # -> 1
 
+    What it stores scales with what is *unfinished*: an entry per record in flight or waiting.
+    A finished record leaves nothing behind but its offset's absence from that set: the
+    finished offsets above the cursor are computed as runs (:meth:`finished_above_cursor`)
+    from the unfinished ones and the offsets never delivered (gaps). So one stuck record holds
+    back its own key and the committed offset, never the rest of the partition, and the memory
+    it pins is a few ints however many records finish behind it.
+
     :param start_offset: where consumption (re)starts; the cursor never goes below it.
-    :param max_window: bound on the records held (in flight, waiting, and finished but not yet
-        passed by the cursor); at it the owner should pause.
-    :param low_watermark: resume when the window has drained to this size (hysteresis, so a
-        partition does not flap between paused and fetching on every record).
+    :param max_window: bound on the unfinished records held (in flight or waiting); at it the
+        owner should pause fetching. Finished records do not count: they hold no state.
+    :param low_watermark: resume when the unfinished records have dropped to this many
+        (hysteresis, so a partition does not flap between paused and fetching on every record,
+        and librdkafka does not throw away and fetch again its prefetched batch each time).
     :param per_worker_capacity: at most this many in-flight records per worker; more wait.
     :param null_keys_ordered: treat all null-key records as one ordered key instead of as
         independent records.
@@ -86,7 +104,7 @@ class InFlightWindow(Generic[P]):
         low_watermark: int | None = None,
         per_worker_capacity: int = 1_000,
         null_keys_ordered: bool = False,
-        already_done: frozenset[int] = frozenset(),
+        already_done: Iterable[int] = EMPTY_RUNS,
     ) -> None:
         if max_window < 1:
             raise ValueError(f"max_window must be >= 1, got {max_window}")
@@ -99,14 +117,20 @@ class InFlightWindow(Generic[P]):
         self.low_watermark = low
         self.per_worker_capacity = per_worker_capacity
         self.null_keys_ordered = null_keys_ordered
-        self._already_done = set(already_done)
+        self._done_before = RunCursor(OffsetRuns.coerce(already_done))
+        self.done_on_arrival = 0  # records admitted already finished (metrics: skipped)
         self._cursor = start_offset
         self._end = start_offset  # one past the highest offset received (or observed)
-        self._pending: deque[Entry[P]] = deque()  # received, not yet passed by the cursor
-        self._by_offset: dict[int, Entry[P]] = {}  # incomplete entries
-        # busy keys -> their waiting records; None while nothing waits (most keys, most of the
-        # time), so the common case allocates no queue
-        self._key_queues: dict[bytes | None, deque[Entry[P]] | None] = {}
+        # Unfinished entries in offset order. A finished entry is dropped lazily: at once when
+        # it is the oldest, else when finished ones outnumber unfinished ones (_compact).
+        self._pending: deque[Entry[P]] = deque()
+        self._unfinished = 0
+        self._finished_inside = 0  # finished entries still inside _pending (not at its head)
+        # Offsets above the oldest unfinished record that were never delivered (transaction
+        # markers, compacted away): not finished by anyone, so never claimed in the metadata.
+        self._gaps: list[tuple[int, int]] = []
+        # busy key -> the last of its records received (the chain's tail, see Entry.next)
+        self._key_tails: dict[bytes | None, Entry[P]] = {}
         self._worker_load: dict[int, int] = {}
         self._worker_backlog: dict[int, deque[Entry[P]]] = {}
         self._backlogged = 0  # records waiting only for worker capacity
@@ -122,34 +146,29 @@ class InFlightWindow(Generic[P]):
         """Take a newly received record; return its entry if it may be dispatched now.
 
         Returns None when the record waits (its key is busy or its worker is full) or when it
-        was already finished before a restart.
+        was already finished before a restart (:attr:`done_on_arrival` counts those).
         """
-        if offset < self._end:
-            raise ValueError(
-                f"offset {offset} admitted out of order: the window has already seen "
-                f"offsets up to {self._end - 1}"
-            )
+        end = self._end
+        if offset != end:
+            self._note_gap(offset)
         self._end = offset + 1
-        if offset in self._already_done:
-            self._already_done.discard(offset)
-            self._admit_done(offset)
+        if offset >= self._done_before.lo and self._done_before.take(offset):
+            self.done_on_arrival += 1
+            self._admit_done()
             return None
         ordered = key is not None or self.null_keys_ordered
         entry: Entry[P] = Entry(offset, key, worker, payload, now, ordered)
+        if not self._unfinished:
+            self._cursor = offset  # nothing below it is unfinished: the cursor may jump a gap
         self._pending.append(entry)
-        self._by_offset[offset] = entry
-        if len(self._pending) == 1:
-            self._cursor = offset  # nothing below it is pending: the cursor may jump a gap
+        self._unfinished += 1
         if ordered:
-            queues = self._key_queues
-            if key in queues:
-                queue = queues[key]
-                if queue is None:
-                    queues[key] = deque((entry,))
-                else:
-                    queue.append(entry)
+            tails = self._key_tails
+            tail = tails.get(key)
+            tails[key] = entry
+            if tail is not None:
+                tail.next = entry
                 return None
-            queues[key] = None
         # _try_start, inlined: this is the path of nearly every record
         load = self._worker_load.get(worker, 0)
         if load >= self.per_worker_capacity:
@@ -163,21 +182,28 @@ class InFlightWindow(Generic[P]):
 
     def admit_finished(self, offset: int) -> None:
         """Take a received record that needs no processing (filtered out): done on arrival."""
-        if offset < self._end:
+        if offset != self._end:
+            self._note_gap(offset)
+        self._end = offset + 1
+        if offset >= self._done_before.lo:
+            self._done_before.take(offset)
+        self._admit_done()
+
+    def _note_gap(self, offset: int) -> None:
+        end = self._end
+        if offset < end:
             raise ValueError(
                 f"offset {offset} admitted out of order: the window has already seen "
-                f"offsets up to {self._end - 1}"
+                f"offsets up to {end - 1}"
             )
-        self._end = offset + 1
-        self._already_done.discard(offset)
-        self._admit_done(offset)
+        if self._unfinished:
+            self._gaps.append((end, offset))
 
-    def _admit_done(self, offset: int) -> None:
-        # Finished on arrival: an offset is all the cursor needs, never the payload.
-        entry: Entry[P] = Entry(offset, None, -1, None, 0.0, False)  # type: ignore[arg-type]
-        entry.done = True
-        self._pending.append(entry)
-        self._advance()
+    def _admit_done(self) -> None:
+        # Finished on arrival: it needs no entry. With nothing unfinished below it the cursor
+        # moves past it now; otherwise its offset is simply not among the unfinished ones.
+        if not self._unfinished:
+            self._advance()
 
     def give_back(self, offset: int) -> None:
         """A delivered record is handed back unprocessed (its partition is draining).
@@ -188,21 +214,29 @@ class InFlightWindow(Generic[P]):
         """
         if self._ceiling is None or offset < self._ceiling:
             self._ceiling = offset
+            if self._cursor > offset:
+                self._cursor = offset
 
-    def complete(self, offset: int) -> list[Entry[P]]:
+    def complete(self, entry: Entry[P] | int) -> list[Entry[P]]:
         """Mark an in-flight record finished; return the records that may now be dispatched.
 
         Finished covers every terminal outcome: success, dropped, dead-lettered (after the DLQ
-        write was acknowledged), filtered out. Completing an unknown offset raises, because it
-        means the adapter's bookkeeping is wrong and a silent ignore could hide a lost record.
+        write was acknowledged), filtered out. Completing a record that is not in flight raises,
+        because it means the adapter's bookkeeping is wrong and a silent ignore could hide a
+        lost record. Pass the entry :meth:`admit` returned (an offset also works, by a search:
+        for tests and tools, not for the per-record path).
         """
-        entry = self._by_offset.get(offset)
-        if entry is None or not entry.in_flight:
-            raise KeyError(f"offset {offset} is not in flight in this window")
-        del self._by_offset[offset]
+        if isinstance(entry, int):
+            found = self.get(entry)
+            if found is None:
+                raise KeyError(f"offset {entry} is not in flight in this window")
+            entry = found
+        if not entry.in_flight:
+            raise KeyError(f"offset {entry.offset} is not in flight in this window")
         entry.in_flight = False
         entry.done = True
         self._in_flight -= 1
+        self._unfinished -= 1
         released: list[Entry[P]] = []
         self._worker_load[entry.worker] -= 1
         if self._backlogged:
@@ -211,17 +245,29 @@ class InFlightWindow(Generic[P]):
                 self._backlogged -= 1
                 released.append(self._start(backlog.popleft()))
         if entry.ordered:
-            queue = self._key_queues[entry.key]
-            if queue:
-                nxt = self._try_start(queue.popleft())
-                if nxt is not None:
-                    released.append(nxt)
+            nxt = entry.next
+            if nxt is None:
+                del self._key_tails[entry.key]
             else:
-                del self._key_queues[entry.key]
+                entry.next = None
+                started = self._try_start(nxt)
+                if started is not None:
+                    released.append(started)
         pending = self._pending
-        if pending[0] is entry:
+        if pending and pending[0] is entry:
+            pending.popleft()
             self._advance()
+        else:
+            self._finished_inside += 1
+            if self._finished_inside > 64 and self._finished_inside > self._unfinished:
+                self._compact()
         return released
+
+    def _compact(self) -> None:
+        """Drop the finished entries inside the queue: amortised O(1) per record, and the
+        queue never holds more than twice the unfinished records (plus a small constant)."""
+        self._pending = deque(entry for entry in self._pending if not entry.done)
+        self._finished_inside = 0
 
     def _try_start(self, entry: Entry[P]) -> Entry[P] | None:
         load = self._worker_load.get(entry.worker, 0)
@@ -242,9 +288,18 @@ class InFlightWindow(Generic[P]):
 
     def _advance(self) -> None:
         pending = self._pending
-        while pending and pending[0].done:
+        while pending and pending[0].done:  # each was counted in _finished_inside
             pending.popleft()
-        cursor = pending[0].offset if pending else max(self._cursor, self._end)
+            self._finished_inside -= 1
+        if pending:
+            cursor = pending[0].offset
+            gaps = self._gaps
+            if gaps and gaps[0][1] <= cursor:
+                self._gaps = [gap for gap in gaps if gap[1] > cursor]
+        else:
+            cursor = max(self._cursor, self._end)
+            self._gaps = []
+            self._finished_inside = 0
         ceiling = self._ceiling
         self._cursor = cursor if ceiling is None or cursor < ceiling else ceiling
 
@@ -256,6 +311,8 @@ class InFlightWindow(Generic[P]):
         of a transactional partition forever.
         """
         if position > self._end:
+            if self._unfinished:
+                self._gaps.append((self._end, position))
             self._end = position
             self._advance()
 
@@ -274,14 +331,36 @@ class InFlightWindow(Generic[P]):
         ceiling = self._ceiling
         return self._end if ceiling is None or ceiling > self._end else ceiling
 
-    def finished_above_cursor(self) -> list[int]:
-        """Offsets already finished above the cursor, for the commit metadata."""
-        return [e.offset for e in self._pending if e.done]
+    def finished_above_cursor(self) -> OffsetRuns:
+        """Offsets already finished above the cursor, as runs, for the commit metadata.
+
+        Computed, not stored: every offset between the cursor and :attr:`seen_end` that is
+        neither unfinished nor a gap (never delivered). O(unfinished records + gaps).
+        """
+        cursor = self._cursor
+        end = self.seen_end
+        if end <= cursor + 1 or not self._unfinished:
+            return EMPTY_RUNS
+        holes = [(e.offset, e.offset + 1) for e in self._pending if not e.done]
+        if self._gaps:
+            holes = sorted(holes + self._gaps)
+        runs: list[tuple[int, int]] = []
+        at = cursor + 1
+        for start, stop in holes:
+            if start >= end:
+                break
+            if start > at:
+                runs.append((at, start))
+            if stop > at:
+                at = stop
+        if at < end:
+            runs.append((at, end))
+        return OffsetRuns.from_sorted_runs(runs)
 
     @property
     def size(self) -> int:
         """Incomplete records held: in flight plus waiting."""
-        return len(self._by_offset)
+        return self._unfinished
 
     @property
     def in_flight(self) -> int:
@@ -289,36 +368,32 @@ class InFlightWindow(Generic[P]):
 
     @property
     def waiting(self) -> int:
-        return len(self._by_offset) - self._in_flight
+        return self._unfinished - self._in_flight
 
     @property
     def busy_keys(self) -> int:
         """Ordered keys with a record in flight (or held back by a full worker)."""
-        return len(self._key_queues)
+        return len(self._key_tails)
 
     def worker_load(self, worker: int) -> int:
         return self._worker_load.get(worker, 0)
 
     @property
     def held(self) -> int:
-        """Records the window holds: incomplete ones plus finished ones above the cursor.
-
-        This is what ``max_window`` bounds. Counting only incomplete records let one stuck
-        record pin the cursor while finished records (and the commit metadata listing them)
-        piled up behind it without limit.
-        """
+        """Entries the window holds in memory: the unfinished ones, plus finished ones not yet
+        dropped from inside its queue (never more than the unfinished ones plus 64)."""
         return len(self._pending)
 
     def should_pause(self) -> bool:
         """True once when the window fills up; the owner pauses fetching this partition."""
-        if not self._paused and len(self._pending) >= self.max_window:
+        if not self._paused and self._unfinished >= self.max_window:
             self._paused = True
             return True
         return False
 
     def should_resume(self) -> bool:
         """True once when a paused window has drained to the low watermark."""
-        if self._paused and len(self._pending) <= self.low_watermark:
+        if self._paused and self._unfinished <= self.low_watermark:
             self._paused = False
             return True
         return False
@@ -337,8 +412,13 @@ class InFlightWindow(Generic[P]):
         return None
 
     def get(self, offset: int) -> Entry[P] | None:
-        """The incomplete entry at ``offset``, if any."""
-        return self._by_offset.get(offset)
+        """The incomplete entry at ``offset``, if any (a search: for tests and tools)."""
+        for entry in self._pending:
+            if entry.offset == offset:
+                return None if entry.done else entry
+            if entry.offset > offset:
+                break
+        return None
 
     def remove(self) -> WindowDrain[P]:
         """Hand back everything incomplete (the partition is being revoked).
@@ -347,12 +427,14 @@ class InFlightWindow(Generic[P]):
         waiting records were never started and are simply dropped (they will be redelivered
         to the next owner from the committed cursor).
         """
-        in_flight = [e for e in self._by_offset.values() if e.in_flight]
-        waiting = [e for e in self._by_offset.values() if not e.in_flight]
-        in_flight.sort(key=lambda e: e.offset)
-        waiting.sort(key=lambda e: e.offset)
-        self._by_offset.clear()
-        self._key_queues.clear()
+        unfinished = [e for e in self._pending if not e.done]
+        in_flight = [e for e in unfinished if e.in_flight]
+        waiting = [e for e in unfinished if not e.in_flight]
+        for entry in unfinished:
+            entry.next = None
+        self._pending.clear()
+        self._unfinished = 0
+        self._key_tails.clear()
         self._worker_backlog.clear()
         self._backlogged = 0
         self._worker_load.clear()

@@ -13,7 +13,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from keyshared.core.offsets import encode_finished
+from keyshared.core.offsets import encode_within
 from keyshared.kafka.partition import PartitionState
 
 __all__ = ["Committer"]
@@ -65,17 +65,22 @@ class Committer:
         for state, cursor, finished in snapshot:
             metadata = ""
             if finished:
-                encoded = encode_finished(cursor, finished, self._max_metadata_bytes)
-                self._metrics.metadata(len(encoded or ""), encoded is None)
-                if encoded is None:
+                encoded = encode_within(cursor, finished, self._max_metadata_bytes)
+                self._metrics.metadata(len(encoded.text), bool(encoded.left_out), encoded.left_out)
+                if encoded.left_out and not state.metadata_overflow_logged:
+                    state.metadata_overflow_logged = True  # once per partition assignment
                     log.warning(
-                        "%s: %d finished offsets above %d do not fit the commit metadata; "
-                        "they would be redone after a crash",
+                        "%s: %d of %d finished offsets above %d (in %d runs) do not fit the "
+                        "commit metadata (%d bytes); the ones farthest from the cursor would "
+                        "be redone after a crash (keyshared_commit_metadata_left_out_offsets)",
                         state,
+                        encoded.left_out,
                         len(finished),
                         cursor,
+                        finished.run_count,
+                        self._max_metadata_bytes,
                     )
-                metadata = encoded or ""
+                metadata = encoded.text
             if skip_unchanged and state.commit_sent == (cursor, metadata):
                 continue
             state.commit_sent = (cursor, metadata)

@@ -95,13 +95,14 @@ class Dispatcher:
         unordered_nulls = not self._options.null_keys_ordered
         cache = self._worker_cache
         ready: dict[int, list[Work]] = {}
-        started = skipped = 0
+        started = 0
         with self.lock:
             if state.phase is not Phase.ACTIVE:
                 self._give_back(state, messages)
                 return
             accepts = self._ownership.admission(state)
             window = state.window
+            done_before = window.done_on_arrival if window is not None else 0
             stats = state.stats
             for msg in messages:
                 offset = msg.offset()
@@ -131,8 +132,7 @@ class Dispatcher:
                         ready[worker] = [(state, entry)]
                     else:
                         works.append((state, entry))
-                elif window.get(offset) is None:
-                    skipped += 1
+            skipped = window.done_on_arrival - done_before if window is not None else 0
             state.running += started
             for worker, works in ready.items():
                 self._dispatch(worker, works)
@@ -198,14 +198,14 @@ class Dispatcher:
         window = state.window
         if state.phase is not Phase.ACTIVE or window is None:
             if state.phase is Phase.DRAINING and window is not None:
-                window.complete(entry.offset)  # counts for the final commit
+                window.complete(entry)  # counts for the final commit
             state.running -= 1
             entry.payload = None
             self._idle.notify_all()
             return
-        released = window.complete(entry.offset)
+        released = window.complete(entry)
         state.running += len(released) - 1  # this one finished; the released ones run
-        entry.payload = None  # finished: the window keeps its offset until the cursor passes
+        entry.payload = None  # finished: drop the message now, whoever still holds the entry
         for nxt in released:
             works = ready.get(nxt.worker)
             if works is None:

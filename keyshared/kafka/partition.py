@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from keyshared.core.hotkeys import SpaceSaving
+from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 from keyshared.core.window import Entry, InFlightWindow
 
 if TYPE_CHECKING:
@@ -104,7 +105,8 @@ class PartitionState:
     committed: int | None = None  # last offset committed (or read back at assignment)
     committed_metadata: str = ""
     commit_sent: tuple[int, str] | None = None  # last (cursor, metadata) sent, maybe unconfirmed
-    already_done: frozenset[int] = frozenset()
+    already_done: OffsetRuns = EMPTY_RUNS
+    metadata_overflow_logged: bool = False  # the metadata overflow is logged once
     high_watermark: int | None = None
     # The consumer's position when the partition was assigned. librdkafka keeps reporting the
     # previous fetch's position after a partition is assigned again at a lower offset, until

@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from keyshared.core.offsets import decode_finished
 from keyshared.core.redaction import shown_key
+from keyshared.core.runs import EMPTY_RUNS
 from keyshared.core.window import CursorBlocker
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.dispatcher import Dispatcher
@@ -234,7 +235,7 @@ class PollLoop:
             parked = self._keystate.load(partitions, self._options.startup_timeout)
         for key in partitions:
             offset, metadata = starts.get(key, (None, ""))
-            done = decode_finished(offset, metadata) if offset is not None else frozenset()
+            done = decode_finished(offset, metadata) if offset is not None else EMPTY_RUNS
             self.states[key] = PartitionState(
                 key[0],
                 key[1],

@@ -156,6 +156,7 @@ class ConsumerMetrics:
         consumer.drain_seconds.labels(group, member)
         consumer.drain_timeouts.labels(group, member)
         self._metadata_size = consumer.metadata_size.labels(group, member)
+        self._metadata_left_out = consumer.metadata_left_out.labels(group, member)
         self._paused_partitions = consumer.paused_partitions.labels(group, member)
         self._workers_gauge = consumer.workers.labels(group, member)
 
@@ -195,9 +196,11 @@ class ConsumerMetrics:
         """Count one offset commit and whether the broker accepted it."""
         consumer.commits.labels(*self._labels, "ok" if ok else "failed").inc()
 
-    def metadata(self, size_bytes: int, overflow: bool) -> None:
-        """Record the size of the commit metadata sent, and whether it had to be truncated."""
+    def metadata(self, size_bytes: int, overflow: bool, left_out: int = 0) -> None:
+        """Record the size of the commit metadata sent, whether it had to be truncated, and
+        how many finished offsets it left out (those are redone after a crash)."""
         self._metadata_size.set(size_bytes)
+        self._metadata_left_out.set(left_out)
         if overflow:
             consumer.metadata_overflows.labels(*self._labels).inc()
 

@@ -158,6 +158,11 @@ class consumer:
         "Commits whose metadata did not fit: some finished offsets will be redone after a restart.",
         MEMBER_LABELS,
     )
+    metadata_left_out = _gauge(
+        "commit_metadata_left_out_offsets",
+        "Finished offsets the last commit's metadata could not carry (redone after a crash).",
+        MEMBER_LABELS,
+    )
     drain_seconds = Histogram(
         f"{PREFIX}_drain_duration_seconds",
         "Time to finish in-flight records of revoked partitions before letting them go.",
@@ -263,6 +268,7 @@ CONSUMER_FAMILIES = (
     consumer.commits,
     consumer.metadata_size,
     consumer.metadata_overflows,
+    consumer.metadata_left_out,
     consumer.drain_seconds,
     consumer.drain_timeouts,
     consumer.dlq_writes,

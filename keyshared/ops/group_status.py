@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from keyshared.core.offsets import decode_finished, is_keyshared_metadata
+from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 
 __all__ = [
     "DlqTopic",
@@ -125,16 +126,16 @@ class GroupStatus:
     live: list[dict[str, object]] = field(default_factory=list)  # one per --metrics-url
 
 
-def classify_metadata(cursor: int, metadata: str | None) -> tuple[MetadataKind, frozenset[int]]:
+def classify_metadata(cursor: int, metadata: str | None) -> tuple[MetadataKind, OffsetRuns]:
     """What a committed metadata string is, and the finished offsets above ``cursor`` it holds.
 
     keyshared never commits a ``ks1:`` string that decodes to nothing (no finished offsets means
     an empty string), so one that decodes to nothing against its own cursor is damaged.
     """
     if not metadata:
-        return "empty", frozenset()
+        return "empty", EMPTY_RUNS
     if not is_keyshared_metadata(metadata):
-        return "foreign", frozenset()
+        return "foreign", EMPTY_RUNS
     finished = decode_finished(cursor, metadata)
     return ("keyshared" if finished else "undecodable"), finished
 
@@ -150,14 +151,17 @@ def offsets_to_ranges(offsets: Iterable[int]) -> list[OffsetRange]:
     return ranges
 
 
-def _pending_ranges(start: int, end: int, finished: Iterable[int]) -> list[OffsetRange]:
-    """``[start, end)`` minus ``finished``, as inclusive ranges."""
+def _pending_ranges(start: int, end: int, finished: OffsetRuns) -> list[OffsetRange]:
+    """``[start, end)`` minus ``finished``, as inclusive ranges (run by run: a stuck record
+    can have hundreds of thousands of finished offsets above it)."""
     ranges: list[OffsetRange] = []
     position = start
-    for offset in sorted(o for o in set(finished) if start <= o < end):
-        if offset > position:
-            ranges.append((position, offset - 1))
-        position = offset + 1
+    for run_start, run_end in finished.from_floor(start).runs:
+        if run_start >= end:
+            break
+        if run_start > position:
+            ranges.append((position, run_start - 1))
+        position = max(position, run_end)
     if position < end:
         ranges.append((position, end - 1))
     return ranges

@@ -16,10 +16,13 @@ from keyshared.core import offsets as offsets_module
 from keyshared.core.offsets import (
     DEFAULT_MAX_BYTES,
     METADATA_PREFIX,
+    Encoded,
     decode_finished,
     encode_finished,
+    encode_within,
     is_keyshared_metadata,
 )
+from keyshared.core.runs import OffsetRuns
 
 pytestmark = pytest.mark.unit
 
@@ -114,15 +117,46 @@ def test_too_large_returns_none() -> None:
     assert small is not None and encode_finished(1000, [1001, 1003], max_bytes=len(small))
 
 
-def test_decoder_and_encoder_share_the_size_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Whatever the encoder writes, the decoder accepts: both refuse more than _MAX_DECODED.
-    monkeypatch.setattr(offsets_module, "_MAX_DECODED", 10)
-    assert encode_finished(0, range(1, 12)) is None
-    assert encode_finished(0, range(1, 11)) is not None
-    monkeypatch.undo()
-    text = encode_finished(0, range(1, 12))
-    monkeypatch.setattr(offsets_module, "_MAX_DECODED", 10)
+def test_decoder_refuses_more_runs_than_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = encode_finished(0, range(1, 40, 2))
+    assert text is not None and len(decode_finished(0, text)) == 20
+    monkeypatch.setattr(offsets_module, "_MAX_RUNS", 10)
     assert decode_finished(0, text) == frozenset()
+
+
+def test_a_stuck_key_with_200000_finished_above_it_fits_in_a_few_bytes() -> None:
+    """Issue 23: one stuck record at the head, 200,000 finished records behind it (and a
+    handful still running among them) fits Kafka's default 4,096 bytes with room to spare."""
+    running = {51_000, 121_000, 200_999}
+    finished = OffsetRuns.from_runs(
+        [(1001, 51_000), (51_001, 121_000), (121_001, 200_999), (201_000, 201_001)]
+    )
+    assert len(finished) == 200_000 - 3 and all(o not in finished for o in running)
+    text = encode_finished(1000, finished)
+    assert text is not None and len(text) < 64
+    decoded = decode_finished(1000, text)
+    assert isinstance(decoded, OffsetRuns) and decoded.runs == finished.runs
+
+
+def test_encode_within_keeps_the_runs_nearest_the_cursor_and_counts_the_rest() -> None:
+    rng = random.Random(5)
+    finished = OffsetRuns.from_offsets(rng.sample(range(1001, 400_000), 30_000))
+    assert encode_finished(1000, finished) is None
+    encoded = encode_within(1000, finished)
+    assert 0 < len(encoded.text) <= DEFAULT_MAX_BYTES
+    kept = decode_finished(1000, encoded.text)
+    assert kept <= finished  # never claims an unfinished record
+    assert len(kept) + encoded.left_out == len(finished)
+    assert max(kept) < min(finished - kept)  # the prefix nearest the cursor
+    assert encode_within(1000, finished, max_bytes=5) == Encoded("", len(finished))
+
+
+def test_decoding_never_expands_a_run() -> None:
+    text = encode_finished(0, OffsetRuns.from_runs([(1, 10**15)]))
+    assert text is not None
+    decoded = decode_finished(0, text)
+    assert len(decoded) == 10**15 - 1 and decoded.run_count == 1
+    assert decode_finished(10**12, text).runs == ((10**12 + 1, 10**15),)
 
 
 def _capacity(make: Callable[[int], set[int]], high: int) -> int:

@@ -189,17 +189,52 @@ def test_default_low_watermark_is_eighty_percent() -> None:
     assert InFlightWindow[str](0, max_window=1).low_watermark == 0
 
 
-def test_finished_records_count_towards_the_window_only_while_the_cursor_is_below_them() -> None:
-    """Finished records above an unfinished one are held (for the commit metadata), so they
-    count towards ``max_window``: one stuck record cannot make the window grow without bound."""
+def test_a_stuck_record_holds_back_only_its_key_and_finished_records_hold_no_state() -> None:
+    """Issue 23: ``max_window`` bounds unfinished records only. Behind one stuck record the
+    rest of the partition keeps flowing; what finished costs no entry, and the finished
+    offsets above the cursor are runs (one here), not one int per record."""
+    w = InFlightWindow[str](start_offset=0, max_window=100, low_watermark=50)
+    stuck = w.admit(0, b"stuck", 0, "", 0.0)
+    assert stuck is not None
+    for offset in range(1, 100_001):
+        entry = w.admit(offset, b"k%d" % (offset % 500), offset % 8, "", 0.0)
+        assert entry is not None  # every other key's record starts at once
+        assert w.complete(entry) == []
+        assert not w.should_pause()
+    assert (w.size, w.safe_cursor) == (1, 0) and w.held <= 1 + 65
+    finished = w.finished_above_cursor()
+    assert finished.runs == ((1, 100_001),) and len(finished) == 100_000
+    w.complete(stuck)
+    assert (w.size, w.safe_cursor, w.held) == (0, 100_001, 0)
+
+
+def test_finished_entries_inside_the_queue_are_compacted() -> None:
+    """Records that finish while an older one is still running are dropped from the window's
+    queue in amortised O(1): the queue never holds many more entries than are unfinished."""
+    w = InFlightWindow[str](start_offset=0, per_worker_capacity=10_000)
+    stuck = w.admit(0, b"stuck", 0, "", 0.0)
+    assert stuck is not None
+    running = [w.admit(offset, b"k%d" % offset, 1, "", 0.0) for offset in range(1, 5_001)]
+    for offset, entry in enumerate(running, start=1):
+        assert entry is not None
+        w.complete(entry)
+        assert w.held <= 2 * w.size + 65
+        if offset % 1000 == 0:
+            assert w.finished_above_cursor().runs == ((1, offset + 1),)
+    assert w.blocker(1.0) == (0, b"stuck", 1.0, True)
+
+
+def test_pause_counts_unfinished_records_only() -> None:
     w = InFlightWindow[str](start_offset=0, max_window=2, already_done=frozenset({1, 2, 3}))
     for i in range(4):
         w.admit(i, b"k", 0, "", 0.0)
-    assert (w.size, w.held) == (1, 4)
+    assert (w.size, w.held) == (1, 1)
+    assert not w.should_pause()
+    w.admit(4, b"k", 0, "", 0.0)  # waits behind 0
     assert w.should_pause()
     w.complete(0)
-    assert (w.held, w.safe_cursor) == (0, 4)
     assert w.should_resume()
+    assert w.safe_cursor == 4
 
 
 def test_already_done_prefix_is_not_held() -> None:
@@ -247,12 +282,12 @@ def test_already_done_complete_on_arrival_and_never_dispatched() -> None:
     assert w.get(11) is None and w.get(12) is None
     assert w.admit(13, b"k", 0, "", 0.0) is None  # waits behind 10
     assert (w.size, w.in_flight, w.waiting) == (2, 1, 1)
-    assert w.finished_above_cursor() == [11, 12]
+    assert list(w.finished_above_cursor()) == [11, 12]
     with pytest.raises(KeyError):
         w.complete(11)
     assert offsets(w.complete(10)) == [13]
     assert w.safe_cursor == 13
-    assert w.finished_above_cursor() == []
+    assert list(w.finished_above_cursor()) == []
     assert w.complete(13) == []
     assert w.safe_cursor == 14
     # an already-done offset as the lowest pending one moves the cursor straight past it
@@ -266,7 +301,7 @@ def test_already_done_only_prefix_moves_cursor_on_arrival() -> None:
     for i in range(3):
         assert w.admit(i, b"k", 0, "", 0.0) is None
     assert w.safe_cursor == 3
-    assert w.finished_above_cursor() == []
+    assert list(w.finished_above_cursor()) == []
     assert w.blocker(1.0) is None
 
 
@@ -275,11 +310,11 @@ def test_admit_finished_filtered_records() -> None:
     started(w.admit(0, b"k", 0, "", 0.0))
     w.admit_finished(1)  # filtered out: done on arrival, holds no key
     assert w.get(1) is None
-    assert (w.size, w.safe_cursor, w.finished_above_cursor()) == (1, 0, [1])
+    assert (w.size, w.safe_cursor, list(w.finished_above_cursor())) == (1, 0, [1])
     started(w.admit(2, b"j", 0, "", 0.0))
     w.admit_finished(3)  # also in already_done: no double bookkeeping
     w.complete(0)
-    assert (w.safe_cursor, w.finished_above_cursor()) == (2, [3])
+    assert (w.safe_cursor, list(w.finished_above_cursor())) == (2, [3])
     w.complete(2)
     assert w.safe_cursor == 4
     w.admit_finished(6)  # on an empty window, with a gap
@@ -299,11 +334,11 @@ def test_offset_gaps_and_trailing_transaction_marker() -> None:
         started(w.admit(off, key, 0, "", 0.0))
     assert w.safe_cursor == 0
     w.complete(5)
-    assert (w.safe_cursor, w.finished_above_cursor()) == (0, [5])
+    assert (w.safe_cursor, list(w.finished_above_cursor())) == (0, [5])
     w.complete(0)
-    assert (w.safe_cursor, w.finished_above_cursor()) == (1, [5])
+    assert (w.safe_cursor, list(w.finished_above_cursor())) == (1, [5])
     w.complete(1)
-    assert (w.safe_cursor, w.finished_above_cursor()) == (9, [])  # passes the gaps 2-4, 6-8
+    assert (w.safe_cursor, list(w.finished_above_cursor())) == (9, [])  # passes the gaps 2-4, 6-8
     w.complete(9)
     assert w.safe_cursor == 10
     # offset 10 is a transaction commit marker: never delivered, but the position passes it

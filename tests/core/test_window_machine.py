@@ -50,6 +50,7 @@ class WindowMachine(RuleBasedStateMachine):
         self.recs: dict[int, Rec] = {}
         self.order: list[int] = []  # admitted offsets, ascending
         self.in_flight: dict[int, Rec] = {}  # released and not completed, per the model
+        self.entries: dict[int, Entry[object]] = {}  # every entry the window handed out
         self.already_done: set[int] = set()
         self.start = 0
         self.end = 0  # one past the highest admitted or observed offset
@@ -106,13 +107,9 @@ class WindowMachine(RuleBasedStateMachine):
         return [r for r in (self.recs[o] for o in self.order) if not r.completed]
 
     def held(self) -> int:
-        """What ``max_window`` bounds: every received record from the lowest incomplete one on
-        (finished records above the cursor stay held for the commit metadata)."""
-        incomplete = self.incomplete()
-        if not incomplete:
-            return 0
-        lowest = min(r.offset for r in incomplete)
-        return sum(1 for o in self.order if o >= lowest)
+        """What ``max_window`` bounds: the unfinished records (finished ones hold no state,
+        however far the cursor is behind them)."""
+        return len(self.incomplete())
 
     def on_released(self, entries: list[Entry[object]]) -> None:
         for entry in entries:
@@ -138,6 +135,7 @@ class WindowMachine(RuleBasedStateMachine):
                         )
             rec.released += 1
             self.in_flight[rec.offset] = rec
+            self.entries[rec.offset] = entry
 
     # -- rules ---------------------------------------------------------------------------------
 
@@ -194,7 +192,9 @@ class WindowMachine(RuleBasedStateMachine):
         offset = data.draw(st.sampled_from(sorted(self.in_flight)), label="complete")
         rec = self.in_flight.pop(offset)
         rec.completed = True
-        released = self.window.complete(offset)
+        # The adapters complete by entry (no lookup); tools and tests may pass the offset.
+        by_entry = data.draw(st.booleans(), label="by entry")
+        released = self.window.complete(self.entries[offset] if by_entry else offset)
         self.on_released(released)
 
     @rule(offset=st.integers(0, 60))
@@ -207,12 +207,14 @@ class WindowMachine(RuleBasedStateMachine):
         if offset in self.in_flight or (rec is not None and not rec.completed):
             return
         before = (self.window.size, self.window.in_flight, self.window.safe_cursor)
-        try:
-            self.window.complete(offset)
-        except KeyError:
-            pass
-        else:
-            raise AssertionError(f"complete({offset}) of a record not in flight accepted")
+        stale = self.entries.get(offset)
+        for attempt in (offset, stale) if stale is not None else (offset,):
+            try:
+                self.window.complete(attempt)
+            except KeyError:
+                pass
+            else:
+                raise AssertionError(f"complete({offset}) of a record not in flight accepted")
         assert (self.window.size, self.window.in_flight, self.window.safe_cursor) == before
 
     @rule(ahead=st.integers(-2, 4))
@@ -308,7 +310,14 @@ class WindowMachine(RuleBasedStateMachine):
     def finished_above_cursor(self) -> None:
         cursor = self.window.safe_cursor
         expect = [o for o in self.order if o >= cursor and self.recs[o].completed]
-        assert self.window.finished_above_cursor() == expect
+        finished = self.window.finished_above_cursor()
+        assert list(finished) == expect
+        assert finished.run_count <= len(self.incomplete()) + len(self.order) // 2 + 1
+
+    @invariant()
+    def memory_follows_what_is_unfinished(self) -> None:
+        """Finished records are dropped from the window's queue in amortised O(1)."""
+        assert self.window.held <= 2 * self.window.size + 65
 
     @invariant()
     def blocker(self) -> None:
@@ -346,7 +355,7 @@ class WindowMachine(RuleBasedStateMachine):
                 assert rec.released == 1, f"offset {rec.offset} released {rec.released} times"
                 assert rec.completed
         assert w.safe_cursor == self.end
-        assert w.finished_above_cursor() == []
+        assert list(w.finished_above_cursor()) == []
         assert w.blocker(self.clock) is None
         assert all(w.worker_load(i) == 0 for i in range(WORKERS))
 

@@ -7,6 +7,8 @@ names exactly which cursor and metadata a commit must carry. The real-broker tes
 
 from __future__ import annotations
 
+import logging
+import random
 import threading
 import uuid
 
@@ -81,14 +83,28 @@ def test_finished_records_above_the_cursor_travel_in_the_metadata() -> None:
     assert decode_finished(offset, metadata) == {1, 2, 4}
 
 
-def test_metadata_that_does_not_fit_falls_back_to_the_plain_cursor_and_is_counted() -> None:
-    d = Desk(max_metadata_bytes=16)
-    d.finish(*range(1, 3000, 7))  # sparse: cannot be squeezed into 16 bytes
-    d.committer.commit_async([d.state])
-    assert d.sent() == [(0, "")]
+def test_metadata_that_does_not_fit_keeps_what_fits_counts_the_rest_and_logs_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    d = Desk(max_metadata_bytes=40)
+    finished = sorted(random.Random(1).sample(range(1, 3000), 400))
+    d.finish(*finished)  # sparse and irregular: cannot all be squeezed into 40 bytes
+    with caplog.at_level(logging.WARNING, logger="keyshared.kafka.commits"):
+        d.committer.commit_async([d.state])
+        d.serve_callbacks()
+        d.finish(3001)
+        d.committer.commit_sync([d.state])  # sent again, whatever moved
+    [(offset, metadata), _] = d.sent()
+    kept = decode_finished(offset, metadata)
+    assert offset == 0 and 0 < len(kept) < len(finished) and len(metadata) <= 40
+    assert set(kept) == set(finished[: len(kept)])  # the runs nearest the cursor
     labels = {"group": d.metrics.group, "member": d.metrics.member}
     overflows = REGISTRY.get_sample_value("keyshared_commit_metadata_overflows_total", labels)
-    assert overflows == 1
+    assert overflows == 2
+    left_out = REGISTRY.get_sample_value("keyshared_commit_metadata_left_out_offsets", labels)
+    assert left_out == len(finished) + 1 - len(kept)
+    warnings = [r for r in caplog.records if "do not fit the commit metadata" in r.message]
+    assert len(warnings) == 1, "the overflow must be logged once, not at every commit"
 
 
 def test_refused_async_commit_is_not_remembered_as_committed_and_is_resent() -> None:
