@@ -434,6 +434,8 @@ class InFlightWindow(Generic[P]):
             entry.next = None
         self._pending.clear()
         self._unfinished = 0
+        self._finished_inside = 0
+        self._gaps = []
         self._key_tails.clear()
         self._worker_backlog.clear()
         self._backlogged = 0
