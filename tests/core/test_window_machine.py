@@ -21,6 +21,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from keyshared.core.runs import OffsetRuns
 from keyshared.core.window import Entry, InFlightWindow
 
 pytestmark = pytest.mark.unit
@@ -62,6 +63,7 @@ class WindowMachine(RuleBasedStateMachine):
         self.low = 0
         self.capacity = 1
         self.null_ordered = False
+        self.ceiling: int | None = None  # lowest offset given back (the partition is draining)
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -139,6 +141,7 @@ class WindowMachine(RuleBasedStateMachine):
 
     # -- rules ---------------------------------------------------------------------------------
 
+    @precondition(lambda self: self.ceiling is None)
     @rule(
         key=st.sampled_from(KEYS),
         gap=st.integers(0, 3) | st.just(0),
@@ -162,6 +165,7 @@ class WindowMachine(RuleBasedStateMachine):
         assert result.offset == offset
         self.on_released([result])
 
+    @precondition(lambda self: self.ceiling is None)
     @rule(gap=st.integers(0, 2))
     def admit_finished(self, gap: int) -> None:
         """A filtered-out record: done on arrival, never dispatched, holds no key."""
@@ -174,6 +178,7 @@ class WindowMachine(RuleBasedStateMachine):
         self.end = max(self.end, offset + 1)
         assert self.window.get(offset) is None
 
+    @precondition(lambda self: self.ceiling is None)
     @rule(back=st.integers(1, 3))
     def admit_out_of_order(self, back: int) -> None:
         offset = self.next_offset - back
@@ -216,6 +221,17 @@ class WindowMachine(RuleBasedStateMachine):
             else:
                 raise AssertionError(f"complete({offset}) of a record not in flight accepted")
         assert (self.window.size, self.window.in_flight, self.window.safe_cursor) == before
+
+    @rule(gap=st.integers(0, 2), later=st.integers(0, 2))
+    def give_back(self, gap: int, later: int) -> None:
+        """Records delivered while draining are handed back: the cursor never passes the
+        first of them, whatever completes or whatever the consumer's position says."""
+        offset = self.next_offset + gap
+        self.window.give_back(offset)
+        self.window.give_back(offset + later)  # a later give-back never raises the ceiling
+        self.ceiling = offset if self.ceiling is None else min(self.ceiling, offset)
+        # Given-back records were delivered but never taken in: the window's end stays.
+        self.next_offset = max(self.next_offset, offset + later + 1)
 
     @rule(ahead=st.integers(-2, 4))
     def observe_position(self, ahead: int) -> None:
@@ -296,8 +312,10 @@ class WindowMachine(RuleBasedStateMachine):
         assert cursor >= self.start
         self.last_cursor = cursor
         incomplete = self.incomplete()
+        if self.ceiling is not None:
+            assert cursor <= self.ceiling, f"cursor {cursor} passed given-back {self.ceiling}"
         if not incomplete:
-            assert cursor == self.end
+            assert cursor == (self.end if self.ceiling is None else min(self.end, self.ceiling))
             return
         lowest = incomplete[0].offset
         assert cursor <= lowest, f"cursor {cursor} passed incomplete offset {lowest}"
@@ -310,9 +328,11 @@ class WindowMachine(RuleBasedStateMachine):
     def finished_above_cursor(self) -> None:
         cursor = self.window.safe_cursor
         expect = [o for o in self.order if o >= cursor and self.recs[o].completed]
+        if self.ceiling is not None:
+            expect = [o for o in expect if o < self.ceiling]
         finished = self.window.finished_above_cursor()
         assert list(finished) == expect
-        assert finished.run_count <= len(self.incomplete()) + len(self.order) // 2 + 1
+        assert finished.runs == OffsetRuns.from_offsets(expect).runs  # merged, normal form
 
     @invariant()
     def memory_follows_what_is_unfinished(self) -> None:
@@ -354,7 +374,7 @@ class WindowMachine(RuleBasedStateMachine):
             else:
                 assert rec.released == 1, f"offset {rec.offset} released {rec.released} times"
                 assert rec.completed
-        assert w.safe_cursor == self.end
+        assert w.safe_cursor == (self.end if self.ceiling is None else min(self.end, self.ceiling))
         assert list(w.finished_above_cursor()) == []
         assert w.blocker(self.clock) is None
         assert all(w.worker_load(i) == 0 for i in range(WORKERS))
