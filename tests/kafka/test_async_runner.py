@@ -244,3 +244,63 @@ def test_loop_settlement_settles_a_burst_with_one_finish_and_counts_each_success
     asyncio.run(burst())
     assert finish.calls == [[0, 1, 2, 3, 4], [5]]
     assert state.metrics.processed._value.get() == 6
+
+
+class BusyLock(Recorder):
+    """A ``finish_many`` whose lock is busy (refuses ``wait=False``) for ``refusals`` tries."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals = refusals
+        self.tries: list[bool] = []  # the ``wait`` of every try
+
+    def __call__(self, works: list[tuple[PartitionState, Entry[Any]]], **kwargs: Any) -> bool:
+        wait = kwargs["wait"]
+        self.tries.append(wait)
+        if not wait and self.refusals > 0:
+            self.refusals -= 1
+            return False
+        return super().__call__(works)
+
+
+def test_a_busy_lock_never_blocks_the_loop_and_the_successes_are_settled_in_order_later() -> None:
+    """The poll thread holding the lock (admitting a batch) must not stop the loop: the flush
+    retries shortly, keeps later successes behind the refused ones and counts each success
+    once, when it is first tried."""
+    metrics = ConsumerMetrics(f"g-{uuid.uuid4().hex[:8]}", "m")
+    state = PartitionState("t", 0, metrics.partition("t", 0))
+    finish = BusyLock(refusals=2)
+    settlement = LoopSettlement(finish)
+
+    async def main() -> None:
+        for offset in range(3):
+            settlement.add(state, Entry(offset, b"k", 0, _Msg(), 0.0, True), 0.001)
+        await asyncio.sleep(0)
+        assert finish.tries == [False] and finish.calls == []
+        assert state.metrics.processed._value.get() == 3, "counted at the first try"
+        settlement.add(state, Entry(3, b"k", 0, _Msg(), 0.0, True), 0.001)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert finish.tries == [False, False, False]
+    assert finish.calls == [[0, 1, 2, 3]]
+    assert state.metrics.processed._value.get() == 4
+
+
+def test_a_lock_busy_for_too_long_is_waited_for_after_all() -> None:
+    metrics = ConsumerMetrics(f"g-{uuid.uuid4().hex[:8]}", "m")
+    state = PartitionState("t", 0, metrics.partition("t", 0))
+    finish = BusyLock(refusals=10**6)
+    settlement = LoopSettlement(finish)
+
+    async def main() -> None:
+        settlement.add(state, Entry(0, b"k", 0, _Msg(), 0.0, True), 0.001)
+        deadline = asyncio.get_running_loop().time() + 2
+        while not finish.calls:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.001)
+
+    asyncio.run(main())
+    assert finish.calls == [[0]]
+    assert finish.tries[-1] is True and not any(finish.tries[:-1])
+    assert 3 <= len(finish.tries) <= 60  # retried every half millisecond for 20 ms, not spun
