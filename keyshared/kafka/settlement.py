@@ -205,13 +205,19 @@ def account(successes: list[Success]) -> None:
     The one place a success is counted, for thread workers and the asyncio runner (in
     batches) and pull style (one at a time) alike.
     """
-    if len(successes) == 1:
-        _account(successes, time.time())
+    if not successes:
+        return
+    now = time.time()
+    first = successes[0][0]
+    for success in successes:
+        if success[0] is not first:
+            break
+    else:  # one partition, the usual case: no grouping (a dict operation per success)
+        _account(successes, now)
         return
     by_state: dict[int, list[Success]] = {}
     for success in successes:
         by_state.setdefault(id(success[0]), []).append(success)
-    now = time.time()
     for group in by_state.values():
         _account(group, now)
 
@@ -228,7 +234,8 @@ def _account(successes: list[Success], now: float) -> None:
         msg = entry.payload
         ts_type, ts = msg.timestamp()
         if ts_type:
-            end_to_end.append(max(0.0, now - ts / 1000.0))
+            age = now - ts / 1000.0
+            end_to_end.append(age if age > 0.0 else 0.0)
         if not entry.offset & 7:  # sampled like the busiest-key sketch
             slow.append((msg.key() or b"", elapsed * 8))
     observe_many(metrics.end_to_end_seconds, end_to_end)
