@@ -1,4 +1,5 @@
-"""AsyncRunner and LoopSettlement: one wake-up per batch, a concurrency bound, settling per burst.
+"""AsyncRunner and LoopSettlement: one wake-up per batch, a concurrency bound, long-lived
+workers that park and return on close, settling per burst without ever blocking the loop.
 
 No broker: the runner runs a fake ``run_one`` and the settlement a recording ``finish_many``.
 """
