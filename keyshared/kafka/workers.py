@@ -256,7 +256,7 @@ class AsyncRunner:
         waiting, idle = self._waiting, self._idle
         while waiting and idle:
             parked = idle.pop()
-            if not parked.done():  # only a stopping loop cancels it
+            if not parked.done():  # done only if its worker was cancelled meanwhile
                 parked.set_result(waiting.popleft())
         workers = self._workers
         while waiting and len(workers) < self._concurrency:
