@@ -141,8 +141,17 @@ class LoopSettlement:
     Every coroutine whose wait ends in the same iteration of the loop (a thousand sleeping
     handlers wake in bursts) adds its success here; the first one schedules :meth:`flush` with
     ``call_soon``, which runs after the callbacks already ready, i.e. after the rest of the
-    burst. One lock acquisition and one metrics update then serve the whole burst, and no
-    success waits longer than the loop iteration it finished in. Loop thread only: no lock.
+    burst. One lock acquisition and one metrics update then serve the whole burst. Loop thread
+    only: no lock of its own.
+
+    The flush only *tries* the dispatcher's lock. The poll thread holds it while it admits a
+    batch, and on a busy machine that can last tens of milliseconds (the poll thread waits for
+    the GIL, or for a CPU, with the lock held); a loop blocked on it ran nothing meanwhile,
+    although its workers had records waiting that need no lock. Refused, the flush retries
+    every ``_LOOP_RETRY`` seconds (the loop sleeps in between if it has nothing else to do,
+    releasing the GIL to the lock's holder), and waits for the lock only once the oldest
+    refused success has waited ``_LOOP_MAX_DEFER``. Metrics are recorded at the first try, so
+    a success is counted before anyone can see it finished.
 
     :param finish_many: frees the keys of finished entries (the dispatcher's).
     """
@@ -150,23 +159,44 @@ class LoopSettlement:
     def __init__(self, finish_many: FinishMany):
         self._finish_many = finish_many
         self._successes: list[Success] = []
+        self._accounted = 0  # leading successes whose metrics are recorded (a try refused)
+        self._scheduled = False  # a flush is on its way (call_soon, or call_later after a refusal)
+        self._refused_at: float | None = None  # loop time of the first refused try
 
     def add(self, state: PartitionState, entry: Entry[Any], elapsed: float) -> None:
-        successes = self._successes
-        successes.append((state, entry, elapsed))
-        if len(successes) == 1:
+        self._successes.append((state, entry, elapsed))
+        if not self._scheduled:
+            self._scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
 
     def flush(self) -> None:
-        successes, self._successes = self._successes, []
+        self._scheduled = False
+        successes = self._successes
         if not successes:
             return
         try:
-            account(successes)
+            account(successes[self._accounted :])
         except Exception:
             log.exception("recording metrics of %d successes failed", len(successes))
-        finally:
-            self._finish_many([(state, entry) for state, entry, _ in successes])
+        self._accounted = len(successes)
+        loop = asyncio.get_running_loop()
+        refused_at = self._refused_at
+        wait = refused_at is not None and loop.time() - refused_at >= _LOOP_MAX_DEFER
+        self._successes, self._accounted = [], 0
+        if self._finish_many([(state, entry) for state, entry, _ in successes], wait=wait):
+            self._refused_at = None
+            return
+        # Refused: keep them, oldest first, and their metrics recorded, for the next try.
+        self._successes[:0] = successes
+        self._accounted = len(successes)
+        if refused_at is None:
+            self._refused_at = loop.time()
+        self._scheduled = True
+        loop.call_later(_LOOP_RETRY, self.flush)
+
+
+_LOOP_RETRY = 0.0005  # seconds between tries of a refused loop flush
+_LOOP_MAX_DEFER = 0.02  # seconds after the first refusal before a loop flush waits for the lock
 
 
 def account(successes: list[Success]) -> None:
@@ -175,13 +205,19 @@ def account(successes: list[Success]) -> None:
     The one place a success is counted, for thread workers and the asyncio runner (in
     batches) and pull style (one at a time) alike.
     """
-    if len(successes) == 1:
-        _account(successes, time.time())
+    if not successes:
+        return
+    now = time.time()
+    first = successes[0][0]
+    for success in successes:
+        if success[0] is not first:
+            break
+    else:  # one partition, the usual case: no grouping (a dict operation per success)
+        _account(successes, now)
         return
     by_state: dict[int, list[Success]] = {}
     for success in successes:
         by_state.setdefault(id(success[0]), []).append(success)
-    now = time.time()
     for group in by_state.values():
         _account(group, now)
 
@@ -198,7 +234,8 @@ def _account(successes: list[Success], now: float) -> None:
         msg = entry.payload
         ts_type, ts = msg.timestamp()
         if ts_type:
-            end_to_end.append(max(0.0, now - ts / 1000.0))
+            age = now - ts / 1000.0
+            end_to_end.append(age if age > 0.0 else 0.0)
         if not entry.offset & 7:  # sampled like the busiest-key sketch
             slow.append((msg.key() or b"", elapsed * 8))
     observe_many(metrics.end_to_end_seconds, end_to_end)

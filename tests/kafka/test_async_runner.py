@@ -1,4 +1,5 @@
-"""AsyncRunner and LoopSettlement: one wake-up per batch, a concurrency bound, settling per burst.
+"""AsyncRunner and LoopSettlement: one wake-up per batch, a concurrency bound, long-lived
+workers that park and return on close, settling per burst without ever blocking the loop.
 
 No broker: the runner runs a fake ``run_one`` and the settlement a recording ``finish_many``.
 """
@@ -6,6 +7,7 @@ No broker: the runner runs a fake ``run_one`` and the settlement a recording ``f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -118,6 +120,94 @@ def test_submits_of_one_batch_wake_the_loop_once_and_submits_on_the_loop_need_no
         runner.close()
 
 
+def test_records_run_on_long_lived_workers_that_park_when_idle_and_return_on_close() -> None:
+    """At most ``concurrency`` tasks ever exist, whatever the number of records: a task per
+    record was a third of the loop's time. close() lets parked workers return (a pending
+    task left behind is reported by asyncio when it is destroyed)."""
+    tasks: set[Any] = set()
+    ran: list[int] = []
+    done = threading.Event()
+
+    async def run_one(work: int) -> None:
+        tasks.add(asyncio.current_task())
+        await asyncio.sleep(0)
+        ran.append(work)
+        if len(ran) in (50, 60):
+            done.set()
+
+    runner = AsyncRunner(4, run_one)
+    try:
+        runner.submit(0, list(range(50)))
+        assert done.wait(5)
+        _wait_for(lambda: len(runner._idle) == 4)  # all four parked, none ended
+        done.clear()
+        runner.submit(1, list(range(50, 60)))  # wakes the parked workers
+        assert done.wait(5)
+        assert sorted(ran) == list(range(60))
+        assert len(tasks) == 4
+        workers = set(runner._workers)
+        assert workers == tasks
+        _wait_for(lambda: len(runner._idle) == 4)
+    finally:
+        runner.close()
+    assert all(task.done() and not task.cancelled() for task in workers)
+
+
+def test_a_handler_that_never_suspends_lets_the_loop_run_its_callbacks_meanwhile() -> None:
+    """One worker with a backlog of records that complete without suspending still yields
+    to the loop every few hundred records: a wake-up from the poll thread or the settlement
+    of successes is not held back until the whole backlog has run."""
+    events: list[Any] = []
+    done = threading.Event()
+
+    async def run_one(work: int) -> None:
+        events.append(work)
+        if work == 0:
+            asyncio.get_running_loop().call_soon(events.append, "callback")
+        if work == 999:
+            done.set()
+
+    runner = AsyncRunner(1, run_one)
+    try:
+        runner.submit(0, list(range(1000)))
+        assert done.wait(5)
+    finally:
+        runner.close()
+    assert [e for e in events if e != "callback"] == list(range(1000)), "in submission order"
+    assert events.index("callback") < 300
+
+
+def test_a_handler_cancelling_its_own_task_does_not_leak_into_the_next_record() -> None:
+    """Records share a worker task, so a cancel request a handler made on it (and swallowed)
+    is forgotten before the next record: asyncio.timeout and TaskGroup count on it."""
+    seen: list[int] = []
+
+    async def run_one(work: int) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if work == 0:  # cancels itself and swallows it
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0)
+        elif work == 1:  # cancels itself and returns before the cancel is delivered
+            task.cancel()
+        else:
+            seen.append(task.cancelling())
+            try:
+                async with asyncio.timeout(0.001):
+                    await asyncio.sleep(1)
+            except TimeoutError:
+                seen.append(-1)
+
+    runner = AsyncRunner(1, run_one)
+    try:
+        runner.submit(0, [0, 1, 2])
+        _wait_for(lambda: len(seen) == 2)
+    finally:
+        runner.close()
+    assert seen == [0, -1]
+
+
 class Recorder:
     def __init__(self) -> None:
         self.calls: list[list[int]] = []
@@ -155,3 +245,63 @@ def test_loop_settlement_settles_a_burst_with_one_finish_and_counts_each_success
     asyncio.run(burst())
     assert finish.calls == [[0, 1, 2, 3, 4], [5]]
     assert state.metrics.processed._value.get() == 6
+
+
+class BusyLock(Recorder):
+    """A ``finish_many`` whose lock is busy (refuses ``wait=False``) for ``refusals`` tries."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals = refusals
+        self.tries: list[bool] = []  # the ``wait`` of every try
+
+    def __call__(self, works: list[tuple[PartitionState, Entry[Any]]], **kwargs: Any) -> bool:
+        wait = kwargs["wait"]
+        self.tries.append(wait)
+        if not wait and self.refusals > 0:
+            self.refusals -= 1
+            return False
+        return super().__call__(works)
+
+
+def test_a_busy_lock_never_blocks_the_loop_and_the_successes_are_settled_in_order_later() -> None:
+    """The poll thread holding the lock (admitting a batch) must not stop the loop: the flush
+    retries shortly, keeps later successes behind the refused ones and counts each success
+    once, when it is first tried."""
+    metrics = ConsumerMetrics(f"g-{uuid.uuid4().hex[:8]}", "m")
+    state = PartitionState("t", 0, metrics.partition("t", 0))
+    finish = BusyLock(refusals=2)
+    settlement = LoopSettlement(finish)
+
+    async def main() -> None:
+        for offset in range(3):
+            settlement.add(state, Entry(offset, b"k", 0, _Msg(), 0.0, True), 0.001)
+        await asyncio.sleep(0)
+        assert finish.tries == [False] and finish.calls == []
+        assert state.metrics.processed._value.get() == 3, "counted at the first try"
+        settlement.add(state, Entry(3, b"k", 0, _Msg(), 0.0, True), 0.001)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert finish.tries == [False, False, False]
+    assert finish.calls == [[0, 1, 2, 3]]
+    assert state.metrics.processed._value.get() == 4
+
+
+def test_a_lock_busy_for_too_long_is_waited_for_after_all() -> None:
+    metrics = ConsumerMetrics(f"g-{uuid.uuid4().hex[:8]}", "m")
+    state = PartitionState("t", 0, metrics.partition("t", 0))
+    finish = BusyLock(refusals=10**6)
+    settlement = LoopSettlement(finish)
+
+    async def main() -> None:
+        settlement.add(state, Entry(0, b"k", 0, _Msg(), 0.0, True), 0.001)
+        deadline = asyncio.get_running_loop().time() + 2
+        while not finish.calls:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.001)
+
+    asyncio.run(main())
+    assert finish.calls == [[0]]
+    assert finish.tries[-1] is True and not any(finish.tries[:-1])
+    assert 3 <= len(finish.tries) <= 60  # retried every half millisecond for 20 ms, not spun

@@ -15,7 +15,7 @@ import pytest
 
 from keyshared.core.window import Entry
 from keyshared.kafka.partition import PartitionState
-from keyshared.kafka.settlement import SettlementBuffer
+from keyshared.kafka.settlement import SettlementBuffer, account
 from keyshared.metrics import ConsumerMetrics
 
 pytestmark = pytest.mark.unit
@@ -173,3 +173,13 @@ def test_the_slowest_key_sketch_is_safe_against_a_concurrent_clear() -> None:
     stop.set()
     clearer.join(10)
     assert errors == []
+
+
+def test_account_counts_each_partition_of_a_mixed_group_and_ignores_an_empty_one() -> None:
+    """One partition takes a fast path without grouping; a mix is still counted per partition."""
+    one, two = _state(), _state()
+    account([])
+    account([(one, _entry(0), 0.001), (one, _entry(1), 0.001)])
+    account([(one, _entry(2), 0.001), (two, _entry(0), 0.001), (one, _entry(3), 0.001)])
+    assert _processed(one) == 4
+    assert _processed(two) == 1
