@@ -208,3 +208,20 @@ def test_a_stale_position_after_a_reassignment_never_moves_the_cursor() -> None:
     assert h.committed(0) == 10  # 5-9 ran again (finish() fails for a record not dispatched)
     before_redelivery = h.fake.commits[reassigned_at[0] : reassigned_at[1]]
     assert all(offset <= 5 for c in before_redelivery for _, _, offset, _ in c.offsets)
+
+
+def test_a_full_window_pauses_and_its_resume_wakes_the_fetcher() -> None:
+    """Backpressure counts unfinished records; a resume is followed at once by a request to
+    the partition's leader (a watermark query), because librdkafka's broker thread otherwise
+    notices a resumed partition only when it next wakes up, up to a second later."""
+    h = LoopHarness(ConsumerOptions(max_window=5))
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(0, range(0, 5)))  # five unfinished records: the window is full
+    paused: list[set[tuple[str, int]]] = []
+    h.fake.then(lambda: paused.append(set(h.fake.paused)))
+    h.fake.then(lambda: [h.finish(offset) for offset in range(5)])
+    h.fake.then(lambda: paused.append(set(h.fake.paused)))
+    h.fake.then(h.stop.set)
+    h.run()
+    assert paused == [{T0}, set()], paused
+    assert T0 in h.fake.watermark_queries, "the resume did not wake librdkafka's fetcher"

@@ -97,6 +97,7 @@ class FakeConsumer:
     high_watermarks: dict[TP, int] = field(default_factory=dict)
     assigned: set[TP] = field(default_factory=set)
     paused: set[TP] = field(default_factory=set)
+    watermark_queries: list[TP] = field(default_factory=list)  # uncached: sent to the broker
     on_commit: Callable[[Any, list[TopicPartition]], None] | None = None
     closed: bool = False
     idle: threading.Event = field(default_factory=threading.Event)
@@ -233,7 +234,11 @@ class FakeConsumer:
             for tp in partitions
         ]
 
-    def get_watermark_offsets(self, tp: TopicPartition, cached: bool = False) -> tuple[int, int]:
+    def get_watermark_offsets(
+        self, tp: TopicPartition, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int]:
+        if not cached:
+            self.watermark_queries.append((tp.topic, tp.partition))
         return 0, self.high_watermarks.get((tp.topic, tp.partition), -1001)
 
     def pause(self, partitions: list[TopicPartition]) -> None:
