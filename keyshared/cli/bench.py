@@ -10,9 +10,18 @@ from rich.console import Console
 
 from keyshared.bench import BenchContext, ScenarioResult, load_scenarios
 from keyshared.bench.report import print_result, write_chart, write_json
+from keyshared.bench.shapes import DEFAULT_SHAPES, Shape, parse_shapes
 from keyshared.demo.cluster import choose_cluster
 
 __all__ = ["bench"]
+
+
+def _parse_shapes(ctx: click.Context, param: click.Parameter, value: str) -> tuple[Shape, ...]:
+    try:
+        return parse_shapes(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
 
 
 @click.command(context_settings={"show_default": True})
@@ -28,6 +37,13 @@ __all__ = ["bench"]
 @click.option("--records", type=click.IntRange(min=100), help="Override the main record count.")
 @click.option("--handler-ms", type=click.FloatRange(min=0), help="Override the handler latency.")
 @click.option("--workers", type=click.IntRange(min=1), help="Override keyshared's workers.")
+@click.option(
+    "--shapes",
+    default=",".join(DEFAULT_SHAPES),
+    callback=_parse_shapes,
+    help="Workload shapes of io and io_work: records per key (numbers) and/or zipf "
+    "(s=1.1 over 10k keys), keys in seeded random order.",
+)
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -76,6 +92,7 @@ def bench(
     records: int | None,
     handler_ms: float | None,
     workers: int | None,
+    shapes: tuple[Shape, ...],
     out: Path,
     quix_python: str | None,
     pyrallel_python: str | None,
@@ -91,6 +108,7 @@ def bench(
     \b
     keyshared bench --list          what each scenario measures
     keyshared bench io              one scenario, full size
+    keyshared bench io --shapes 8,zipf   io on two of its workload shapes
     keyshared bench --quick         every scenario, smoke size
     keyshared bench --install-peers the peers io and noop race keyshared against
     """
@@ -126,6 +144,7 @@ def bench(
         parallel_consumer,
         pyrallel,
         pyrallel_python,
+        shapes=shapes,
         console=err,
     )
     out.mkdir(parents=True, exist_ok=True)
@@ -174,6 +193,7 @@ def _run_params(ctx: BenchContext, chosen: list[str]) -> dict[str, object]:
         "records": ctx.records,
         "handler_ms": ctx.handler_ms,
         "workers": ctx.workers,
+        "shapes": [shape.name for shape in ctx.shapes or ()],
         "bootstrap": ctx.bootstrap,
         "parallel_consumer": ctx.parallel_consumer,
         "pyrallel": ctx.pyrallel,
