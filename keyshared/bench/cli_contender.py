@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from keyshared.bench.contenders import BenchError
@@ -26,15 +27,23 @@ __all__ = ["cli_command", "run_keyshared_cli"]
 _HANDLER = "keyshared.bench.cli_handler:handle"
 
 
-def cli_command(bootstrap: str, topic: str, group: str, workers: int) -> list[str]:
+def cli_command(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    workers: int,
+    handler: str = _HANDLER,
+    extra: Sequence[str] = (),
+) -> list[str]:
     """The ``keyshared run`` command line of the CLI contender (the same interpreter as the
-    bench, so the same keyshared is measured)."""
+    bench, so the same keyshared is measured), with its defaults otherwise; ``extra`` is
+    appended (more options)."""
     return [
         sys.executable,
         "-c",
         "from keyshared.cli import main; main()",
         "run",
-        _HANDLER,
+        handler,
         "-b",
         bootstrap,
         "-g",
@@ -49,6 +58,7 @@ def cli_command(bootstrap: str, topic: str, group: str, workers: int) -> list[st
         "WARNING",
         "-X",
         "auto.offset.reset=earliest",
+        *extra,
     ]
 
 
