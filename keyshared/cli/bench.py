@@ -35,7 +35,11 @@ def _parse_shapes(ctx: click.Context, param: click.Parameter, value: str) -> tup
     "dev cluster, started if needed and left running].",
 )
 @click.option("--quick", is_flag=True, help="Smoke sizes (seconds per scenario) for CI.")
-@click.option("--records", type=click.IntRange(min=100), help="Override the main record count.")
+@click.option(
+    "--records",
+    type=click.IntRange(min=100),
+    help="Override the main record count (io, io_work: of each shape).",
+)
 @click.option("--handler-ms", type=click.FloatRange(min=0), help="Override the handler latency.")
 @click.option("--workers", type=click.IntRange(min=1), help="Override keyshared's workers.")
 @click.option(
