@@ -43,8 +43,11 @@ _count = 0
 def handle(record: Any) -> None:
     """Run the scenario's handler on ``record`` and count it towards the target."""
     global _first, _count
-    if _first is None:
-        _first = time.monotonic()
+    if _first is None:  # the earliest start wins, as in contenders.Tally.start
+        now = time.monotonic()
+        with _lock:
+            if _first is None or now < _first:
+                _first = now
     if _work is not None:
         _work(record.raw_key, record.value)
     else:

@@ -74,8 +74,11 @@ def handle(record: Any) -> None:
     if record.raw_key == _STUCK_KEY:
         _stall()
         return
-    if _first is None:
-        _first = time.monotonic()
+    if _first is None:  # the earliest start wins, as in contenders.Tally.start
+        now = time.monotonic()
+        with _lock:
+            if _first is None or now < _first:
+                _first = now
     if _fd >= 0:
         os.write(_fd, b"%d %d\n" % (record.partition, record.offset))
     with _lock:

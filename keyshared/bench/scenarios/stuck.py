@@ -21,6 +21,7 @@ memory figure is the consumer's own. Three figures, each with the goal of issue 
 from __future__ import annotations
 
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -148,9 +149,7 @@ def _restart(
 ) -> tuple[list[Position], bool]:
     """Run a new consumer on ``group`` until every record not journaled ``before`` has run;
     return what it ran and whether its final commit reached the end of the partition."""
-    import threading
-
-    from keyshared.kafka.consumer import KeySharedConsumer
+    from keyshared.kafka.consumer import KeySharedConsumer  # as contenders.py: imported late
 
     done_before = set(before)
     fresh = Tally(total - len(done_before))
@@ -162,8 +161,11 @@ def _restart(
         if position not in done_before:
             fresh.finish()
 
-    config = {"bootstrap.servers": ctx.bootstrap, "group.id": group}
-    config["auto.offset.reset"] = "earliest"  # nothing committed: from the start, as the child
+    config = {
+        "bootstrap.servers": ctx.bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",  # if nothing was committed: from the start, as the child
+    }
     consumer = KeySharedConsumer(config, [topic], handle, workers=workers)
     thread = threading.Thread(target=consumer.run, name="bench-stuck-restart", daemon=True)
     thread.start()
@@ -176,6 +178,7 @@ def _restart(
 
 
 def _committed_to_end(bootstrap: str, group: str, topic: str) -> bool:
+    """Whether ``group``'s committed offset of partition 0 is the partition's end."""
     probe: Any = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         committed = probe.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
