@@ -141,7 +141,9 @@ def write_chart(directory: Path, result: ScenarioResult) -> Path:
         ax.set_title(f"{title}\n{_headline(panel)}", fontsize=9)
     if result.shapes:
         fig.suptitle(f"keyshared bench {result.scenario}: {_headline(result)}", fontsize=10)
-    fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (sum(heights) + 0.8)))  # room for it
+    else:
+        fig.tight_layout()
     path = directory / f"{result.scenario}.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -172,5 +174,6 @@ def _bars(ax: Any, measurements: list[Measurement]) -> None:
             fontsize=8,
         )
     ax.invert_yaxis()
+    ax.margins(x=0.12)  # room for the value printed after the longest bar
     ax.tick_params(axis="y", labelsize=8)
     ax.set_xlabel(" / ".join(sorted({m.unit for m in measurements})), fontsize=8)
