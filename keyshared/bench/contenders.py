@@ -46,8 +46,17 @@ class Tally:
         self._lock = threading.Lock()
 
     def start(self) -> None:
+        """Note a handler start; the earliest one is the start of the timed window.
+
+        The lock is taken only while no start is known, and the earliest instant wins: a
+        thread preempted between the check and the assignment would otherwise set a *later*
+        start than threads that ran meanwhile, inflating the rate of a short run.
+        """
         if self.first is None:
-            self.first = time.monotonic()
+            now = time.monotonic()
+            with self._lock:
+                if self.first is None or now < self.first:
+                    self.first = now
 
     def finish(self, records: int = 1) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ from typing import TypeVar
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
+from keyshared.bench.shapes import Shape
 from keyshared.dev.testing import create_topic, delete_topics, unique_name
 
 __all__ = ["BenchContext"]
@@ -35,6 +36,7 @@ class BenchContext:
     :param pyrallel: race pyrallel-consumer when ``pyrallel_python`` can import it.
     :param pyrallel_python: interpreter with pyrallel-consumer (None: the venv that
         ``keyshared bench --install-peers`` makes in the peers cache).
+    :param shapes: workload shapes of the ``io`` scenarios (None: all of them).
     """
 
     bootstrap: str
@@ -47,6 +49,7 @@ class BenchContext:
     parallel_consumer: bool = True
     pyrallel: bool = True
     pyrallel_python: str | None = None
+    shapes: tuple[Shape, ...] | None = None
     console: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
     _topics: list[str] = field(default_factory=list)
     _admin: AdminClient | None = None

@@ -43,6 +43,7 @@ _BUILTIN = (
     "async_io",
     "zipf",
     "memory",
+    "stuck",
     "rebalance",
     "scaleout",
     "replay",

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from keyshared.bench.result import ScenarioResult
+from keyshared.bench.result import Goal, Measurement, ScenarioResult
 
 __all__ = ["machine", "print_result", "write_chart", "write_json"]
 
@@ -46,17 +47,34 @@ def _number(value: float) -> str:
 
 
 def print_result(console: Console, result: ScenarioResult) -> None:
-    """One table per scenario: each contender's figure, then the ratios."""
-    table = Table(title=f"{result.scenario}: {result.description}", title_justify="left")
-    table.add_column("contender")
-    table.add_column("kind")
-    table.add_column("records", justify="right")
-    table.add_column("figure", justify="right")
-    table.add_column("unit")
-    for m in result.measurements:
-        records = f"{m.records:,}" if m.records else "-"
-        table.add_row(m.label, m.kind, records, _number(m.figure), m.unit)
-    console.print(table)
+    """One table per scenario (and per shape): each contender's figure, then the ratios, the
+    figures held to a goal, and, for a shaped scenario, one summary line per shape."""
+    for nested in result.shapes.values():
+        print_result(console, nested)
+    if result.measurements:
+        title = escape(f"{result.scenario}: {result.description}")
+        table = Table(title=title, title_justify="left")
+        table.add_column("contender")
+        table.add_column("kind")
+        table.add_column("records", justify="right")
+        table.add_column("figure", justify="right")
+        table.add_column("unit")
+        for m in result.measurements:
+            records = f"{m.records:,}" if m.records else "-"
+            table.add_row(escape(m.label), m.kind, records, _number(m.figure), m.unit)
+        console.print(table)
+    else:
+        console.print(f"[bold]{escape(result.scenario)}[/]: {escape(result.description)}")
+    if result.shapes:
+        _print_shape_summary(console, result)
+    if result.goals:
+        goals = Table(show_header=True, box=None, padding=(0, 2))
+        for column in ("figure", "value", "goal", "met"):
+            goals.add_column(column)
+        for name, goal in result.goals.items():
+            mark = "[green]yes[/]" if goal.met else "[red]no[/]"
+            goals.add_row(name, f"{_number(goal.value)} {goal.unit}".strip(), _goal(goal), mark)
+        console.print(goals)
     ratios = Table(show_header=True, box=None, padding=(0, 2))
     ratios.add_column("ratio")
     ratios.add_column("value", justify="right")
@@ -64,7 +82,35 @@ def print_result(console: Console, result: ScenarioResult) -> None:
         ratios.add_row(name, _number(value))
     console.print(ratios)
     for note in result.notes:
-        console.print(f"  [dim]{note}[/]")
+        console.print(f"  [dim]{escape(note)}[/]")
+
+
+def _goal(goal: Goal) -> str:
+    return f"{'>=' if goal.at_least else '<='} {goal.target:g} {goal.unit}".strip()
+
+
+_SUMMARY_COLUMNS = (
+    "keyshared_vs_bound",
+    "keyshared_cli_vs_bound",
+    "keyshared_vs_thread_pool",
+    "keyshared_vs_parallel_consumer",
+    "keyshared_vs_pyrallel_async",
+    "keyshared_vs_pyrallel_process",
+)
+
+
+def _print_shape_summary(console: Console, result: ScenarioResult) -> None:
+    """Shapes as rows, the ratios they share as columns: where a regression hides."""
+    present = {n for nested in result.shapes.values() for n in nested.ratios}
+    names = [n for n in _SUMMARY_COLUMNS if n in present]
+    table = Table(title=f"{result.scenario}: ratios per shape", title_justify="left")
+    table.add_column("shape")
+    for name in names:
+        table.add_column(name.removeprefix("keyshared_"), justify="right")
+    for shape, nested in result.shapes.items():
+        cells = [_number(nested.ratios[n]) if n in nested.ratios else "-" for n in names]
+        table.add_row(shape, *cells)
+    console.print(table)
 
 
 def write_json(path: Path, results: list[ScenarioResult], params: dict[str, Any]) -> None:
@@ -77,22 +123,47 @@ def write_json(path: Path, results: list[ScenarioResult], params: dict[str, Any]
 
 
 def write_chart(directory: Path, result: ScenarioResult) -> Path:
-    """A horizontal bar per contender (bounds hatched), titled with the headline ratio."""
+    """``<scenario>.png``: a horizontal bar per contender (bounds hatched), titled with the
+    headline ratio; a shaped scenario gets one panel per shape, stacked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [m.label for m in result.measurements]
-    values = [m.figure for m in result.measurements]
-    units = {m.unit for m in result.measurements}
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(labels) + 1.6))
+    panels = list(result.shapes.values()) or [result]
+    heights = [0.45 * max(1, len(p.measurements)) + 1.0 for p in panels]
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(9, sum(heights) + 0.8), height_ratios=heights, squeeze=False
+    )
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
+        _bars(ax, panel.measurements)
+        title = panel.scenario if result.shapes else f"keyshared bench {result.scenario}"
+        ax.set_title(f"{title}\n{_headline(panel)}", fontsize=9)
+    if result.shapes:
+        fig.suptitle(f"keyshared bench {result.scenario}: {_headline(result)}", fontsize=10)
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (sum(heights) + 0.8)))  # room for it
+    else:
+        fig.tight_layout()
+    path = directory / f"{result.scenario}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _headline(result: ScenarioResult) -> str:
+    headline = next(iter(result.ratios.items()), None)
+    return f"{headline[0]} = {_number(headline[1])}" if headline else ""
+
+
+def _bars(ax: Any, measurements: list[Measurement]) -> None:
+    labels = [m.label for m in measurements]
+    values = [m.figure for m in measurements]
     bars = ax.barh(
         labels,
         values,
-        color=["#9aa5b1" if m.kind == "bound" else "#2f6fb0" for m in result.measurements],
+        color=["#9aa5b1" if m.kind == "bound" else "#2f6fb0" for m in measurements],
     )
-    for bar, m in zip(bars, result.measurements, strict=True):
+    for bar, m in zip(bars, measurements, strict=True):
         if m.kind == "bound":
             bar.set_hatch("//")
         ax.text(
@@ -103,12 +174,6 @@ def write_chart(directory: Path, result: ScenarioResult) -> Path:
             fontsize=8,
         )
     ax.invert_yaxis()
-    ax.set_xlabel(" / ".join(sorted(units)))
-    headline = next(iter(result.ratios.items()), None)
-    subtitle = f"{headline[0]} = {_number(headline[1])}" if headline else ""
-    ax.set_title(f"keyshared bench {result.scenario}\n{subtitle}", fontsize=10)
-    fig.tight_layout()
-    path = directory / f"{result.scenario}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    ax.margins(x=0.12)  # room for the value printed after the longest bar
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_xlabel(" / ".join(sorted({m.unit for m in measurements})), fontsize=8)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Measurement", "ScenarioResult"]
+__all__ = ["Goal", "Measurement", "ScenarioResult"]
 
 
 @dataclass
@@ -47,9 +47,39 @@ class Measurement:
         return data
 
 
+@dataclass(frozen=True)
+class Goal:
+    """A figure with the goal it is held to: ``value`` must be ``at_least`` or ``at_most`` the
+    ``target``. Reported, never asserted: whether a goal is met is the result, not a failure.
+    """
+
+    value: float
+    target: float
+    at_least: bool
+    unit: str = ""
+
+    @property
+    def met(self) -> bool:
+        return self.value >= self.target if self.at_least else self.value <= self.target
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "value": round(self.value, 4),
+            "goal": f"{'>=' if self.at_least else '<='} {self.target:g}",
+            "unit": self.unit,
+            "met": self.met,
+        }
+
+
 @dataclass
 class ScenarioResult:
-    """Everything one scenario reports; ``ratios`` are contender / baseline, same run."""
+    """Everything one scenario reports; ``ratios`` are contender / baseline, same run.
+
+    A scenario that runs several workload *shapes* (the ``io`` scenarios: 4, 8, 32 records per
+    key, Zipf) keeps one nested result per shape in ``shapes``, each with its own measurements
+    and ratios, because a ratio only means something against contenders measured on the same
+    topic. The top level then holds what spans the shapes (the worst shape's ratio).
+    """
 
     scenario: str
     description: str
@@ -58,6 +88,8 @@ class ScenarioResult:
     ratios: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     elapsed_seconds: float = 0.0
+    shapes: dict[str, ScenarioResult] = field(default_factory=dict)
+    goals: dict[str, Goal] = field(default_factory=dict)
 
     def add(self, measurement: Measurement) -> Measurement:
         self.measurements.append(measurement)
@@ -69,8 +101,26 @@ class ScenarioResult:
         self.ratios[name] = round(value, 4)
         return value
 
+    def goal(
+        self, name: str, value: float, target: float, *, at_least: bool, unit: str = ""
+    ) -> Goal:
+        """Record figure ``name`` with its goal (``>= target`` or ``<= target``)."""
+        goal = Goal(value, target, at_least, unit)
+        self.goals[name] = goal
+        return goal
+
+    def shape(self, name: str, description: str, params: dict[str, Any]) -> ScenarioResult:
+        """A fresh nested result for workload shape ``name`` (see the class docstring)."""
+        nested = ScenarioResult(f"{self.scenario}/{name}", description, params)
+        self.shapes[name] = nested
+        return nested
+
+    def shape_ratios(self, name: str) -> dict[str, float]:
+        """Ratio ``name`` of every shape that has it, in run order."""
+        return {shape: r.ratios[name] for shape, r in self.shapes.items() if name in r.ratios}
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "scenario": self.scenario,
             "description": self.description,
             "params": self.params,
@@ -79,3 +129,8 @@ class ScenarioResult:
             "notes": self.notes,
             "elapsed_seconds": round(self.elapsed_seconds, 2),
         }
+        if self.goals:
+            data["goals"] = {name: goal.to_json() for name, goal in self.goals.items()}
+        if self.shapes:
+            data["shapes"] = {name: nested.to_json() for name, nested in self.shapes.items()}
+        return data

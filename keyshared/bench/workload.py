@@ -16,7 +16,15 @@ from collections.abc import Iterable, Sequence
 
 from confluent_kafka import Producer
 
-__all__ = ["SteadyProducer", "hottest", "key_name", "produce", "uniform_keys", "zipf_keys"]
+__all__ = [
+    "SteadyProducer",
+    "hottest",
+    "key_name",
+    "produce",
+    "random_keys",
+    "uniform_keys",
+    "zipf_keys",
+]
 
 _PAD = b"x" * 80  # payload of about 100 bytes, a typical small event
 
@@ -29,6 +37,13 @@ def uniform_keys(records: int, key_count: int) -> list[bytes]:
     """Round-robin over ``key_count`` keys: every key gets records // key_count records."""
     names = [key_name(i) for i in range(key_count)]
     return [names[i % key_count] for i in range(records)]
+
+
+def random_keys(records: int, key_count: int, seed: int = 7) -> list[bytes]:
+    """``records`` keys drawn uniformly at random (seeded) from ``key_count`` keys."""
+    rng = random.Random(seed)
+    names = [key_name(i) for i in range(key_count)]
+    return [names[rng.randrange(key_count)] for _ in range(records)]
 
 
 def zipf_keys(records: int, key_count: int, s: float, seed: int = 7) -> list[bytes]:

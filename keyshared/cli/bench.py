@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from keyshared.bench import BenchContext, ScenarioResult, load_scenarios
 from keyshared.bench.report import print_result, write_chart, write_json
+from keyshared.bench.shapes import DEFAULT_SHAPES, Shape, parse_shapes
 from keyshared.demo.cluster import choose_cluster
 
 __all__ = ["bench"]
+
+
+def _parse_shapes(ctx: click.Context, param: click.Parameter, value: str) -> tuple[Shape, ...]:
+    try:
+        return parse_shapes(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command(context_settings={"show_default": True})
@@ -25,9 +35,20 @@ __all__ = ["bench"]
     "dev cluster, started if needed and left running].",
 )
 @click.option("--quick", is_flag=True, help="Smoke sizes (seconds per scenario) for CI.")
-@click.option("--records", type=click.IntRange(min=100), help="Override the main record count.")
+@click.option(
+    "--records",
+    type=click.IntRange(min=100),
+    help="Override the main record count (io, io_work: of each shape).",
+)
 @click.option("--handler-ms", type=click.FloatRange(min=0), help="Override the handler latency.")
 @click.option("--workers", type=click.IntRange(min=1), help="Override keyshared's workers.")
+@click.option(
+    "--shapes",
+    default=",".join(DEFAULT_SHAPES),
+    callback=_parse_shapes,
+    help="Workload shapes of io and io_work: records per key (numbers) and/or zipf "
+    "(s=1.1 over 10k keys), keys in seeded random order.",
+)
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -68,6 +89,12 @@ __all__ = ["bench"]
     envvar="KEYSHARED_ZOOKEEPER",
     help="ZooKeeper for the coordinator's scenarios [env KEYSHARED_ZOOKEEPER].",
 )
+@click.option(
+    "--guard",
+    is_flag=True,
+    help="Regression guard: small io and noop runs; exit 1 when keyshared falls below a floor "
+    "relative to a baseline measured in the same run (about 10-20 s).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 def bench(
     scenarios: tuple[str, ...],
@@ -76,6 +103,7 @@ def bench(
     records: int | None,
     handler_ms: float | None,
     workers: int | None,
+    shapes: tuple[Shape, ...],
     out: Path,
     quix_python: str | None,
     pyrallel_python: str | None,
@@ -83,6 +111,7 @@ def bench(
     pyrallel: bool,
     install_peers: bool,
     zookeeper: str | None,
+    guard: bool,
     list_only: bool,
 ) -> None:
     """Run benchmark scenarios (all by default); every figure is compared with baselines
@@ -91,8 +120,10 @@ def bench(
     \b
     keyshared bench --list          what each scenario measures
     keyshared bench io              one scenario, full size
+    keyshared bench io --shapes 8,zipf   io on two of its workload shapes
     keyshared bench --quick         every scenario, smoke size
     keyshared bench --install-peers the peers io and noop race keyshared against
+    keyshared bench --guard         the CI regression guard (ratios, exit 1 below a floor)
     """
     registry = load_scenarios()
     console = Console(highlight=False)
@@ -109,6 +140,8 @@ def bench(
             f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(registry)}",
             param_hint="SCENARIO",
         )
+    if guard and scenarios:
+        raise click.UsageError("--guard runs its own small io and noop checks; name no scenario")
     chosen = list(scenarios) or list(registry)
     err = Console(stderr=True, highlight=False)
     try:
@@ -126,9 +159,19 @@ def bench(
         parallel_consumer,
         pyrallel,
         pyrallel_python,
+        shapes=shapes,
         console=err,
     )
     out.mkdir(parents=True, exist_ok=True)
+    if guard:
+        try:
+            passed = _run_guard(ctx, console, out)
+        finally:
+            ctx.close()
+            where.release(False, err)
+        if not passed:
+            raise SystemExit(1)
+        return
     results: list[ScenarioResult] = []
     try:
         for name in chosen:
@@ -144,6 +187,40 @@ def bench(
         ctx.close()
         where.release(False, err)
     err.print(f"Results: {out / 'results.json'} and {len(results)} chart(s) in {out}/")
+
+
+def _run_guard(ctx: BenchContext, console: Console, out: Path) -> bool:
+    """Run the guard, print each check's comparison (and the reason of a failure), write
+    ``guard.json``; True when every check passed."""
+    from keyshared.bench.guard import run_guard
+
+    began = time.monotonic()
+    checks = run_guard(ctx, say=ctx.say)
+    seconds = time.monotonic() - began
+    for check in checks:
+        mark = "[green]✓[/]" if check.passed else "[red]✗[/]"
+        console.print(f"{mark} {escape(check.describe())}", soft_wrap=True)
+    passed = all(check.passed for check in checks)
+    data = {
+        "passed": passed,
+        "seconds": round(seconds, 1),
+        "checks": [
+            {
+                "name": c.case.name,
+                "keyshared": c.keyshared.to_json(),
+                "baseline": c.baseline.to_json(),
+                "ratio": round(c.ratio, 4),
+                "floor": c.case.floor,
+                "passed": c.passed,
+                "attempt": c.attempt,
+            }
+            for c in checks
+        ],
+    }
+    (out / "guard.json").write_text(json.dumps(data, indent=2) + "\n")
+    verdict = "passed" if passed else "[red]FAILED[/]"
+    console.print(f"guard {verdict} in {seconds:.0f} s ({out / 'guard.json'})")
+    return passed
 
 
 def _install_peers(console: Console) -> None:
@@ -174,6 +251,7 @@ def _run_params(ctx: BenchContext, chosen: list[str]) -> dict[str, object]:
         "records": ctx.records,
         "handler_ms": ctx.handler_ms,
         "workers": ctx.workers,
+        "shapes": [shape.name for shape in ctx.shapes or ()],
         "bootstrap": ctx.bootstrap,
         "parallel_consumer": ctx.parallel_consumer,
         "pyrallel": ctx.pyrallel,
