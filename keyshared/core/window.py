@@ -117,7 +117,8 @@ class InFlightWindow(Generic[P]):
         self.low_watermark = low
         self.per_worker_capacity = per_worker_capacity
         self.null_keys_ordered = null_keys_ordered
-        self._done_before = RunCursor(OffsetRuns.coerce(already_done))
+        self._done_before_runs = OffsetRuns.coerce(already_done)
+        self._done_before = RunCursor(self._done_before_runs)
         self.done_on_arrival = 0  # records admitted already finished (metrics: skipped)
         self._cursor = start_offset
         self._end = start_offset  # one past the highest offset received (or observed)
@@ -339,8 +340,13 @@ class InFlightWindow(Generic[P]):
         """
         cursor = self._cursor
         end = self.seen_end
+        # Offsets finished before a restart that this window has not read yet stay finished:
+        # a member that stops before reading that far must not drop them from its commit, or
+        # the next start redoes everything behind a stuck record that was killed twice.
+        carried = self._done_before_runs
+        ahead = carried.from_floor(max(end, cursor + 1)) if carried else EMPTY_RUNS
         if end <= cursor + 1 or not self._unfinished:
-            return EMPTY_RUNS
+            return ahead
         holes = [(e.offset, e.offset + 1) for e in self._pending if not e.done]
         if self._gaps:
             holes = sorted(holes + self._gaps)
@@ -355,7 +361,7 @@ class InFlightWindow(Generic[P]):
                 at = stop
         if at < end:
             runs.append((at, end))
-        return OffsetRuns.from_sorted_runs(runs)
+        return OffsetRuns.from_sorted_runs(runs) | ahead
 
     @property
     def size(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from keyshared.core.runs import OffsetRuns
 from keyshared.core.window import CursorBlocker, Entry, InFlightWindow
 
 pytestmark = pytest.mark.unit
@@ -282,18 +283,34 @@ def test_already_done_complete_on_arrival_and_never_dispatched() -> None:
     assert w.get(11) is None and w.get(12) is None
     assert w.admit(13, b"k", 0, "", 0.0) is None  # waits behind 10
     assert (w.size, w.in_flight, w.waiting) == (2, 1, 1)
-    assert list(w.finished_above_cursor()) == [11, 12]
+    # 15 is not read yet, but it stays finished: a commit now must not forget it
+    assert list(w.finished_above_cursor()) == [11, 12, 15]
     with pytest.raises(KeyError):
         w.complete(11)
     assert offsets(w.complete(10)) == [13]
     assert w.safe_cursor == 13
-    assert list(w.finished_above_cursor()) == []
+    assert list(w.finished_above_cursor()) == [15]
     assert w.complete(13) == []
     assert w.safe_cursor == 14
+    assert list(w.finished_above_cursor()) == [15]
     # an already-done offset as the lowest pending one moves the cursor straight past it
     assert w.admit(15, None, 0, "", 0.0) is None
     assert w.safe_cursor == 16
     assert w.size == 0
+
+
+def test_a_member_that_stops_early_carries_the_finished_offsets_it_did_not_reach() -> None:
+    """Killed behind a stuck record, restarted, stopped again before reading far: the
+    second commit still names what the first member finished, or a third start redoes it."""
+    done = OffsetRuns.from_runs([(1, 200_001)])
+    w = InFlightWindow[str](start_offset=0, already_done=done)
+    stuck = w.admit(0, b"stuck", 0, "", 0.0)
+    assert stuck is not None
+    for offset in range(1, 1001):  # read only the first thousand before the stop
+        assert w.admit(offset, b"k", 0, "", 0.0) is None
+    assert w.finished_above_cursor().runs == ((1, 200_001),)
+    w.complete(stuck)
+    assert w.safe_cursor == 1001 and w.finished_above_cursor().runs == ((1002, 200_001),)
 
 
 def test_already_done_only_prefix_moves_cursor_on_arrival() -> None:
@@ -310,7 +327,8 @@ def test_admit_finished_filtered_records() -> None:
     started(w.admit(0, b"k", 0, "", 0.0))
     w.admit_finished(1)  # filtered out: done on arrival, holds no key
     assert w.get(1) is None
-    assert (w.size, w.safe_cursor, list(w.finished_above_cursor())) == (1, 0, [1])
+    # 3 (already done, not read yet) is carried too
+    assert (w.size, w.safe_cursor, list(w.finished_above_cursor())) == (1, 0, [1, 3])
     started(w.admit(2, b"j", 0, "", 0.0))
     w.admit_finished(3)  # also in already_done: no double bookkeeping
     w.complete(0)
