@@ -34,6 +34,7 @@ from keyshared.bench.registry import register
 from keyshared.bench.result import Measurement, ScenarioResult
 from keyshared.bench.stuck_child import StalledConsumer
 from keyshared.bench.workload import produce, random_keys
+from keyshared.core.offsets import decode_finished
 from keyshared.record import Record
 
 __all__ = ["STUCK_KEY", "run_stuck"]
@@ -178,11 +179,17 @@ def _restart(
 
 
 def _committed_to_end(bootstrap: str, group: str, topic: str) -> bool:
-    """Whether ``group``'s committed offset of partition 0 is the partition's end."""
+    """Whether ``group``'s commit of partition 0 accounts for the whole partition: its offset
+    is the end, or the finished offsets in its metadata cover everything above it (a member
+    stopped before reading that far carries what the killed one had finished)."""
     probe: Any = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        committed = probe.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+        tp = probe.committed([TopicPartition(topic, 0)], timeout=10)[0]
         high = probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
     finally:
         probe.close()
-    return bool(committed == high)
+    committed = tp.offset
+    if committed == high:
+        return True
+    finished = decode_finished(committed, tp.metadata)
+    return bool(committed < high and finished.runs == ((committed + 1, high),))
