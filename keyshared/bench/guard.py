@@ -8,6 +8,9 @@ below a floor set well under today's ratio:
 - ``io``: one partition, 8 records per key (300 keys, 2,400 records, seeded random order),
   64 workers, 5 ms sleep. keyshared must reach **0.7 x the naive thread pool** (issue 23's
   floor; measured 0.88-1.09 today).
+- ``depth``: as ``io`` with 500 keys x 8 (4,000 records) and ``max_window=400``: the window
+  pauses and resumes many times, so a bound that counts finished records or a slow resume
+  (issue 23's 2x regression) shows here, where the small ``io`` check never fills a window.
 - ``noop``: three partitions, 30,000 records over 10k keys, 16 workers, no-op handler.
   keyshared must reach **0.5 x the naive thread pool** with a no-op task (half of today's
   ratio, about 1.0; see docs/benchmarks.md). The pool, not the raw ``consume(1000)`` loop, is
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from keyshared.bench.contenders import run_keyshared, run_thread_pool
 from keyshared.bench.context import BenchContext
@@ -53,6 +57,7 @@ class GuardCase:
     handler_s: float
     floor: float
     why: str
+    options: tuple[tuple[str, Any], ...] = ()  # KeySharedConsumer options of this check
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,20 @@ def guard_cases() -> tuple[GuardCase, ...]:
             0.7,
             "with a 5 ms handler both should sit near W/L; a slower window, dispatcher or "
             "settlement with 8 records queued per key shows here",
+        ),
+        GuardCase(
+            "depth",
+            1,
+            interleaved_keys(8, 500),
+            2_000,
+            64,
+            0.005,
+            0.7,
+            "the same as io, with the window ten times smaller than the topic (max_window=400 "
+            "for 4,000 records), so the window's bound and pause/resume are exercised: a bound "
+            "that counts finished records, or a resume that waits for librdkafka's next wake-up "
+            "(about a second), throttles keyshared here (issue 23's regression)",
+            (("max_window", 400),),
         ),
         GuardCase(
             "noop",
@@ -167,6 +186,7 @@ def _measure(
                 case.handler_s,
                 case.workers,
                 timeout=120.0,
+                **dict(case.options),
             )
         )
         pool_runs.append(

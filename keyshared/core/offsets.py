@@ -114,19 +114,37 @@ def encode_within(
     text = _encode_runs_text(cursor, runs.runs)
     if len(text) <= max_bytes:
         return Encoded(text, 0)
-    # Binary search on how many runs (from the cursor up) fit.
+    budget = (max_bytes - len(METADATA_PREFIX)) * 4 // 5 - 16
+    # Take the runs nearest the cursor whose plain encoding surely fits (base85 turns 4 bytes
+    # into 5; header and CRC at most 16 bytes), then try a few longer prefixes, since
+    # compression often packs more. A handful of encodings, not a search: this runs on the
+    # poll thread at every commit while a deep window overflows.
     all_runs = runs.runs
-    lo, hi = 0, len(all_runs)
-    best = ""
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        candidate = _encode_runs_text(cursor, all_runs[:mid])
+    count = used = 0
+    expected = cursor + 1
+    for start, end in all_runs:
+        used += _varint_len(start - expected) + _varint_len(end - 1 - start)
+        if used > budget:
+            break
+        count += 1
+        expected = end + 1
+    best_count, best = count, _encode_runs_text(cursor, all_runs[:count])
+    if len(best) > max_bytes:  # cannot happen by the arithmetic above; never send it
+        best_count, best = 0, ""
+    for factor in (4, 2, 1.5):
+        more = int(max(count, 1) * factor)
+        if more <= best_count or more >= len(all_runs):
+            continue
+        candidate = _encode_runs_text(cursor, all_runs[:more])
         if len(candidate) <= max_bytes:
-            lo, best = mid, candidate
-        else:
-            hi = mid - 1
-    kept = sum(end - start for start, end in all_runs[:lo])
+            best_count, best = more, candidate
+            break
+    kept = sum(end - start for start, end in all_runs[:best_count])
     return Encoded(best, len(runs) - kept)
+
+
+def _varint_len(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
 
 
 def _encode_runs_text(cursor: int, runs: Sequence[tuple[int, int]]) -> str:
@@ -143,7 +161,7 @@ def _encode_runs_text(cursor: int, runs: Sequence[tuple[int, int]]) -> str:
     for kind, raw in candidates:
         options.append((len(raw), kind, raw))
         if len(raw) <= _MAX_BODY_BYTES:
-            packed = zlib.compress(raw, 9)
+            packed = zlib.compress(raw, 6)  # 9 took 2-3x longer for a few bytes
             options.append((len(packed), kind | _COMPRESSED, packed))
     _, flags, body = min(options, key=lambda option: option[0])
     payload = bytearray((_VERSION, flags))

@@ -46,7 +46,7 @@ def test_guard_passes_against_the_test_broker(kafka_bootstrap: str, tmp_path: Pa
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "guard.json").read_text())
     assert report["passed"] is True
-    assert {check["name"] for check in report["checks"]} == {"io", "noop"}
+    assert {check["name"] for check in report["checks"]} == {"io", "depth", "noop"}
     for check in report["checks"]:
         assert check["ratio"] >= check["floor"] > 0
         assert check["keyshared"]["records"] > 0 and check["baseline"]["records"] > 0
