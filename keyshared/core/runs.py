@@ -91,6 +91,22 @@ class OffsetRuns(Set[int]):
         return cls(starts, ends)
 
     @classmethod
+    def between(cls, lo: int, hi: int, holes: Iterable[Run]) -> OffsetRuns:
+        """``[lo, hi)`` minus ``holes`` (sorted by start; they may overlap or stick out)."""
+        runs: list[Run] = []
+        at = lo
+        for start, stop in holes:
+            if start >= hi:
+                break
+            if start > at:
+                runs.append((at, start))
+            if stop > at:
+                at = stop
+        if at < hi:
+            runs.append((at, hi))
+        return cls.from_sorted_runs(runs)
+
+    @classmethod
     def _from_iterable(cls, offsets: Iterable[Any]) -> OffsetRuns:  # type: ignore[override]
         # What the Set mixins (``&``, ``-``, ``^``) build their results with.
         return cls.from_offsets(offsets)

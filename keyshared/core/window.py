@@ -16,53 +16,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, TypeVar
 
+from keyshared.core.entry import CursorBlocker, Entry, WindowDrain
 from keyshared.core.runs import EMPTY_RUNS, OffsetRuns, RunCursor
 
 __all__ = ["CursorBlocker", "Entry", "InFlightWindow", "WindowDrain"]
 
 P = TypeVar("P")
-
-
-@dataclass(slots=True, eq=False)
-class Entry(Generic[P]):
-    """One received, unfinished record's bookkeeping. ``payload`` is opaque to the window.
-
-    ``next`` chains the records waiting behind this one's key: a key's queue is a linked list
-    through its own entries, so a busy key costs one pointer per waiting record instead of a
-    queue object per key (a deque is 600 bytes; at 8 records per key that was most of the
-    window's memory).
-    """
-
-    offset: int
-    key: bytes | None
-    worker: int
-    payload: P
-    received_at: float
-    ordered: bool
-    in_flight: bool = False
-    done: bool = False
-    attempt: int = field(default=1)
-    first_failure: float | None = None  # wall-clock time of the first failed attempt
-    next: Entry[P] | None = None  # the next record of this key, waiting behind this one
-
-
-class CursorBlocker(NamedTuple):
-    """The oldest incomplete record: what keeps the committed offset from moving."""
-
-    offset: int
-    key: bytes | None
-    age: float
-    in_flight: bool
-
-
-class WindowDrain(NamedTuple, Generic[P]):
-    """What a removed partition still held, so the adapter can wait for or discard it."""
-
-    in_flight: list[Entry[P]]
-    waiting: list[Entry[P]]
 
 
 class InFlightWindow(Generic[P]):
@@ -350,18 +311,7 @@ class InFlightWindow(Generic[P]):
         holes = [(e.offset, e.offset + 1) for e in self._pending if not e.done]
         if self._gaps:
             holes = sorted(holes + self._gaps)
-        runs: list[tuple[int, int]] = []
-        at = cursor + 1
-        for start, stop in holes:
-            if start >= end:
-                break
-            if start > at:
-                runs.append((at, start))
-            if stop > at:
-                at = stop
-        if at < end:
-            runs.append((at, end))
-        return OffsetRuns.from_sorted_runs(runs) | ahead
+        return OffsetRuns.between(cursor + 1, end, holes) | ahead
 
     @property
     def size(self) -> int:

@@ -80,3 +80,12 @@ def test_empty_and_equality_with_plain_sets() -> None:
 
 def test_docstring_examples_run() -> None:
     assert doctest.testmod(runs_module).failed == 0
+
+
+@given(st.integers(0, 50), st.integers(0, 350), runs_lists)
+def test_between_is_the_range_minus_the_holes(
+    lo: int, hi: int, holes: list[tuple[int, int]]
+) -> None:
+    gone = {o for start, end in holes for o in range(start, end)}
+    got = OffsetRuns.between(lo, hi, sorted(holes))
+    assert got == {o for o in range(lo, hi) if o not in gone}
