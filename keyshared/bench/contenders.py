@@ -102,9 +102,11 @@ def run_keyshared(
     label: str | None = None,
     timeout: float = 600.0,
     on_record: Callable[[Record], None] | None = None,
+    config: dict[str, Any] | None = None,
     **options: Any,
 ) -> Measurement:
-    """Time a KeySharedConsumer over ``records`` records of ``topic``."""
+    """Time a KeySharedConsumer over ``records`` records of ``topic`` (``config``: more
+    confluent-kafka settings; ``options``: keyshared's)."""
     from keyshared.kafka.consumer import KeySharedConsumer
 
     tally = Tally(records)
@@ -118,7 +120,7 @@ def run_keyshared(
         tally.finish()
 
     consumer = KeySharedConsumer(
-        _config(bootstrap, group), [topic], handle, workers=workers, **options
+        {**_config(bootstrap, group), **(config or {})}, [topic], handle, workers=workers, **options
     )
     thread = threading.Thread(target=consumer.run, name="bench-keyshared", daemon=True)
     thread.start()
