@@ -108,3 +108,17 @@ def test_metrics_consumer_serves_prometheus_metrics_while_it_runs(kafka_bootstra
         proc.terminate()  # SIGTERM: drain, commit, exit 0
         assert proc.wait(60) == 0
         assert "stopped after draining and committing" in proc.stdout.read()
+
+
+def test_a_stuck_key_holds_back_only_itself(kafka_bootstrap: str) -> None:
+    """Issue 23: every other key finishes while one hangs, and the commit says so in a few
+    bytes of metadata (the committed offset stays on the stuck record)."""
+    done = _run(
+        "stuck_key.py", kafka_bootstrap, "--records", "5000", "--topic", unique_name("ex-stuck")
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = done.stdout.strip().splitlines()[-1]
+    assert "5000/5000 other records finished" in line, line
+    assert "committed offset 0 (the stuck record), 5000 finished above it in 1 run(s)" in line, line
+    size = int(re.search(r"(\d+) bytes of commit metadata", line).group(1))  # type: ignore[union-attr]
+    assert 0 < size < 64, line
