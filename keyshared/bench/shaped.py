@@ -20,13 +20,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from keyshared.bench.context import BenchContext
-from keyshared.bench.result import ScenarioResult
+from keyshared.bench.result import Measurement, ScenarioResult
 from keyshared.bench.shapes import DEFAULT_SHAPES, HEADLINE_SHAPE, ZIPF, Shape, parse_shapes
 from keyshared.bench.shapes import shape_keys as make_keys
 from keyshared.bench.shapes import shape_records as size_of
 from keyshared.bench.workload import produce
 
-__all__ = ["ShapeTopic", "chosen_shapes", "headline", "run_shapes", "summarise"]
+__all__ = [
+    "Contender",
+    "ShapeTopic",
+    "chosen_shapes",
+    "headline",
+    "race_trio",
+    "run_shapes",
+    "summarise",
+]
 
 # Ratios whose worst shape is reported at the top level of a shaped scenario, and whether the
 # Zipf shape counts: the thread pool ignores per-key order, so under skew it is not held back by
@@ -55,6 +63,33 @@ class ShapeTopic:
 
 
 Race = Callable[[BenchContext, ScenarioResult, ShapeTopic], None]
+Contender = tuple[str, str, Callable[[str], Measurement]]
+"""What the progress line says, the group's suffix, and the run given a fresh group id."""
+
+
+def race_trio(
+    ctx: BenchContext,
+    nested: ScenarioResult,
+    tag: str,
+    bound: tuple[Measurement, Measurement],
+    trio: tuple[Contender, Contender, Contender],
+) -> tuple[Measurement, Measurement, Measurement]:
+    """Run keyshared in-process, keyshared through its CLI and the thread pool (in that order)
+    on one shape, and add the ratios every shaped scenario reports against the order bound
+    (nominal and measured L) and against the pool."""
+    figures = []
+    for what, suffix, run in trio:
+        ctx.say(f"{tag}: {what}")
+        figures.append(nested.add(run(ctx.new_group(f"{tag}-{suffix}"))))
+    ks, cli, pool = figures
+    nominal, measured = bound
+    nested.ratio("keyshared_vs_bound", ks.figure, nominal.figure)
+    nested.ratio("keyshared_vs_bound_measured_L", ks.figure, measured.figure)
+    nested.ratio("keyshared_cli_vs_bound", cli.figure, nominal.figure)
+    nested.ratio("keyshared_vs_thread_pool", ks.figure, pool.figure)
+    nested.ratio("keyshared_cli_vs_thread_pool", cli.figure, pool.figure)
+    nested.ratio("thread_pool_vs_bound", pool.figure, nominal.figure)
+    return ks, cli, pool
 
 
 def chosen_shapes(ctx: BenchContext) -> tuple[Shape, ...]:

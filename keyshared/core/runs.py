@@ -49,29 +49,24 @@ class OffsetRuns(Set[int]):
     @classmethod
     def from_runs(cls, runs: Iterable[Run]) -> OffsetRuns:
         """Runs in any order, overlapping or touching ones merged; empty runs ignored."""
-        starts: list[int] = []
-        ends: list[int] = []
-        for start, end in sorted(run for run in runs if run[1] > run[0]):
-            if ends and start <= ends[-1]:
-                if end > ends[-1]:
-                    ends[-1] = end
-            else:
-                starts.append(start)
-                ends.append(end)
-        return cls(starts, ends)
+        return cls._merged(sorted(runs), overlap_ok=True)
 
     @classmethod
     def from_sorted_runs(cls, runs: Iterable[Run]) -> OffsetRuns:
         """Runs already sorted and disjoint (adjacent ones are still merged): no sort."""
+        return cls._merged(runs, overlap_ok=False)
+
+    @classmethod
+    def _merged(cls, runs: Iterable[Run], overlap_ok: bool) -> OffsetRuns:
         starts: list[int] = []
         ends: list[int] = []
         for start, end in runs:
             if end <= start:
                 continue
             if ends and start <= ends[-1]:
-                if start < ends[-1]:
+                if start < ends[-1] and not overlap_ok:
                     raise ValueError(f"run {start}-{end} overlaps the one before it")
-                ends[-1] = end
+                ends[-1] = max(ends[-1], end)
             else:
                 starts.append(start)
                 ends.append(end)

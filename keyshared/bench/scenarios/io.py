@@ -24,7 +24,7 @@ from keyshared.bench.peers import add_peers
 from keyshared.bench.quix import quix_available, run_quixstreams
 from keyshared.bench.registry import register
 from keyshared.bench.result import Measurement, ScenarioResult
-from keyshared.bench.shaped import ShapeTopic, run_shapes
+from keyshared.bench.shaped import ShapeTopic, race_trio, run_shapes
 from keyshared.bench.shapes import ZIPF
 
 __all__ = ["PEER_SHAPES", "bound_measurements", "run_io"]
@@ -73,45 +73,29 @@ def run_io(ctx: BenchContext) -> ScenarioResult:
     def race(ctx: BenchContext, nested: ScenarioResult, topic: ShapeTopic) -> None:
         tag = f"io-{topic.shape.name}"
         nominal, measured = bound_measurements(nested, topic, workers, handler_s, slept)
-        ctx.say(f"{tag}: keyshared")
-        ks = nested.add(
-            run_keyshared(
-                ctx.bootstrap,
-                topic.name,
-                ctx.new_group(f"{tag}-ks"),
-                topic.records,
-                handler_s,
-                workers,
-            )
+
+        def on(group: str) -> tuple[str, str, str, int]:
+            return ctx.bootstrap, topic.name, group, topic.records
+
+        ks, _, _ = race_trio(
+            ctx,
+            nested,
+            tag,
+            (nominal, measured),
+            (
+                ("keyshared", "ks", lambda group: run_keyshared(*on(group), handler_s, workers)),
+                (
+                    "keyshared run (CLI subprocess)",
+                    "cli",
+                    lambda group: run_keyshared_cli(*on(group), handler_s, workers),
+                ),
+                (
+                    "naive thread pool",
+                    "pool",
+                    lambda group: run_thread_pool(*on(group), handler_s, workers),
+                ),
+            ),
         )
-        ctx.say(f"{tag}: keyshared run (CLI subprocess)")
-        cli = nested.add(
-            run_keyshared_cli(
-                ctx.bootstrap,
-                topic.name,
-                ctx.new_group(f"{tag}-cli"),
-                topic.records,
-                handler_s,
-                workers,
-            )
-        )
-        ctx.say(f"{tag}: naive thread pool")
-        pool = nested.add(
-            run_thread_pool(
-                ctx.bootstrap,
-                topic.name,
-                ctx.new_group(f"{tag}-pool"),
-                topic.records,
-                handler_s,
-                workers,
-            )
-        )
-        nested.ratio("keyshared_vs_bound", ks.figure, nominal.figure)
-        nested.ratio("keyshared_vs_bound_measured_L", ks.figure, measured.figure)
-        nested.ratio("keyshared_cli_vs_bound", cli.figure, nominal.figure)
-        nested.ratio("keyshared_vs_thread_pool", ks.figure, pool.figure)
-        nested.ratio("keyshared_cli_vs_thread_pool", cli.figure, pool.figure)
-        nested.ratio("thread_pool_vs_bound", pool.figure, nominal.figure)
         balance = bounds.ring_balance(topic.keys, workers)
         nested.ratio("ring_balance", balance, 1.0)
         if topic.shape.is_zipf:

@@ -35,7 +35,7 @@ from keyshared.bench.handlers import WorkHandler
 from keyshared.bench.registry import register
 from keyshared.bench.result import Measurement, ScenarioResult
 from keyshared.bench.scenarios.io import bound_measurements
-from keyshared.bench.shaped import ShapeTopic, run_shapes
+from keyshared.bench.shaped import ShapeTopic, race_trio, run_shapes
 
 __all__ = ["WorkHandler", "run_io_work"]
 
@@ -95,47 +95,40 @@ def run_io_work(ctx: BenchContext) -> ScenarioResult:
         def race(ctx: BenchContext, nested: ScenarioResult, topic: ShapeTopic) -> None:
             tag = f"io-work-{topic.shape.name}"
             nominal, measured = bound_measurements(nested, topic, workers, handler_s, handler_l)
-            ctx.say(f"{tag}: keyshared")
-            ks = nested.add(
-                run_keyshared(
-                    ctx.bootstrap,
-                    topic.name,
-                    ctx.new_group(f"{tag}-ks"),
-                    topic.records,
-                    0.0,
-                    workers,
-                    on_record=lambda record: work(record.raw_key, record.value),
-                )
+
+            def on(group: str) -> tuple[str, str, str, int]:
+                return ctx.bootstrap, topic.name, group, topic.records
+
+            race_trio(
+                ctx,
+                nested,
+                tag,
+                (nominal, measured),
+                (
+                    (
+                        "keyshared",
+                        "ks",
+                        lambda group: run_keyshared(
+                            *on(group),
+                            0.0,
+                            workers,
+                            on_record=lambda record: work(record.raw_key, record.value),
+                        ),
+                    ),
+                    (
+                        "keyshared run (CLI subprocess), same handler",
+                        "cli",
+                        lambda group: run_keyshared_cli(
+                            *on(group), handler_s, workers, work_file=out
+                        ),
+                    ),
+                    (
+                        "naive thread pool, same handler",
+                        "pool",
+                        lambda group: run_pool(*on(group), work, workers),
+                    ),
+                ),
             )
-            ctx.say(f"{tag}: keyshared run (CLI subprocess), same handler")
-            cli = nested.add(
-                run_keyshared_cli(
-                    ctx.bootstrap,
-                    topic.name,
-                    ctx.new_group(f"{tag}-cli"),
-                    topic.records,
-                    handler_s,
-                    workers,
-                    work_file=out,
-                )
-            )
-            ctx.say(f"{tag}: naive thread pool, same handler")
-            pool = nested.add(
-                run_pool(
-                    ctx.bootstrap,
-                    topic.name,
-                    ctx.new_group(f"{tag}-pool"),
-                    topic.records,
-                    work,
-                    workers,
-                )
-            )
-            nested.ratio("keyshared_vs_bound", ks.figure, nominal.figure)
-            nested.ratio("keyshared_vs_bound_measured_L", ks.figure, measured.figure)
-            nested.ratio("keyshared_cli_vs_bound", cli.figure, nominal.figure)
-            nested.ratio("keyshared_vs_thread_pool", ks.figure, pool.figure)
-            nested.ratio("keyshared_cli_vs_thread_pool", cli.figure, pool.figure)
-            nested.ratio("thread_pool_vs_bound", pool.figure, nominal.figure)
 
         try:
             run_shapes(ctx, result, "io-work", race)
