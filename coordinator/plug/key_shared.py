@@ -25,13 +25,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from coordinator.assignment import AssignmentChange
-from coordinator.cursors import read_and_collect, read_cursors
+from coordinator.cursors import read_cursors
+from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease
 from coordinator.members import MemberInfo
 from coordinator.plug.deferred_rebuild import DeferredRebuild
@@ -39,14 +39,13 @@ from coordinator.plug.held_ranges import HeldRanges
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
     Decoded,
-    commit_low_watermark,
     describe_claims,
-    kafka_bases,
     partitions_of,
     stored_cursors,
     token_lookup,
 )
 from coordinator.plug.session_gate import SessionGate
+from coordinator.plug.topic_watch import TopicWatch
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.filters import KeyFilter
 from keyshared.core.slots import SlotRange, slot_of
@@ -106,6 +105,14 @@ class KeySharedMember:
         self._decoded: Decoded = {}  # the last read's decoded cursors (see stored_cursors)
         self._flushed = True  # did every cursor write since the last drain go through?
         self._queue = LeaseQueue(self._leases, context.inbox, self._gate.metrics, self._granted)
+        self._topics = TopicWatch(
+            zk.client,
+            zk.layout(self._group),
+            context.kafka_config,
+            list(context.topics),
+            self._options.startup_timeout,
+        )
+        self._stamps: dict[TP, Incarnation] = {}  # the incarnations the claims were read in
         self._leader: Any = None
         self._watch: Any = None
         self._membership: Any = None
@@ -115,7 +122,9 @@ class KeySharedMember:
 
     def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
         self._consumer, self._events = consumer, events
-        self._partitions = partitions_of(consumer, topics, self._options.startup_timeout)
+        partitions_of(consumer, topics, self._options.startup_timeout)  # a missing topic: error
+        self._topics.describe()
+        self._partitions = self._topics.partitions()
         self._gate.start()
         self._membership = self._zk.join(self._group, self._info())
         self._watch = self._zk.watch_assignment(
@@ -142,6 +151,12 @@ class KeySharedMember:
         if (due or self._deferred.ready()) and not self._gate.lost:
             self._rebuild(drop=[])
         self._held.release_finished(self._dispatcher.lock, self._gate.suspended)
+        if self._topics.changed() and not self._gate.lost and not self._closing:
+            # Partitions added (or the topic recreated): read every partition again, the new
+            # ones included. Until now nothing read them, and with auto.offset.reset=latest
+            # their records were lost (issue 24, defect 9).
+            self._partitions = self._topics.partitions()
+            self._rebuild(drop=[])
 
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""
@@ -213,7 +228,11 @@ class KeySharedMember:
                 if s.window is not None
             ]
         ok, fenced = self._held.write(
-            progress, self._claims, force=force, suspended=self._gate.suspended
+            progress,
+            self._claims,
+            force=force,
+            suspended=self._gate.suspended,
+            incarnations=self._stamps,
         )
         if fenced:
             # Someone else may hold those ranges now; what else is held is re-read from its
@@ -224,9 +243,11 @@ class KeySharedMember:
 
     def _commit_low_watermark(self, wait: bool = False) -> bool:
         """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), and
-        collect the cursors superseded since: every re-read reads all of them."""
-        cursors = partial(read_and_collect, self._zk.client, self._zk.layout(self._group))
-        return commit_low_watermark(self._consumer, cursors, wait)
+        collect the cursors superseded since (every re-read reads all of them) or of another
+        topic incarnation. Always synchronous (see :class:`TopicWatch`): ``wait`` is kept for
+        the callers' sake."""
+        del wait
+        return self._topics.commit_low_watermark(self._consumer)
 
     # -- applying assignments (poll thread, through the inbox) ---------------------------------
 
@@ -341,13 +362,18 @@ class KeySharedMember:
         )
 
     def _read_claims(self, held: list[tuple[SlotRange, int]]) -> dict[TP, PartitionClaims]:
-        decoded: Decoded = {}
-        stored = stored_cursors(
-            read_cursors(self._zk.client, self._zk.layout(self._group)), self._decoded, decoded
+        # Kafka's committed offsets and the topics' records first: cursors of another topic
+        # incarnation (recreated topic, offsets reset while stopped) count for nothing.
+        committed = self._topics.read(self._consumer)
+        self._stamps = self._topics.incarnations()
+        valid, _stale = self._topics.split(
+            read_cursors(self._zk.client, self._zk.layout(self._group))
         )
+        decoded: Decoded = {}
+        stored = stored_cursors(valid, self._decoded, decoded)
         self._decoded = decoded
         reset = str(self._ctx.kafka_config.get("auto.offset.reset", "earliest"))
-        bases = kafka_bases(self._consumer, self._partitions, reset, self._options.startup_timeout)
+        bases = self._topics.bases(self._consumer, committed, reset)
         claims = {
             tp: PartitionClaims.resolve(held, stored.get(tp, []), bases[tp])
             for tp in self._partitions
