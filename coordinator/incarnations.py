@@ -240,6 +240,20 @@ class TopicRecords:
                 return True
         raise CoordinatorError(f"the record of topic {topic!r} kept changing; gave up")
 
+    def settle(self, topic: str, topic_id: str, held: Mapping[int, int]) -> None:
+        """Forget the older offset of each partition whose newer one Kafka is seen to hold
+        (``held``), so that a later reset to that older offset is seen. Best effort: a race
+        leaves it to the next pass."""
+        record = self.read(topic)
+        if record is None or record.topic_id != topic_id:
+            return
+        committed = dict(record.committed)
+        for partition, offset in held.items():
+            if len(committed.get(partition, ())) > 1 and committed[partition][0] == offset:
+                committed[partition] = (offset,)
+        if committed != record.committed:
+            self.write(topic, replace(record, committed=committed))
+
     def reset(self, topic: str, topic_id: str, partitions: int, offsets: Mapping[int, int]) -> None:
         """An operator's reset (``keyshared reset``): every partition's cursors stop counting,
         and ``offsets`` are the group's."""

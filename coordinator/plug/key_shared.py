@@ -244,10 +244,14 @@ class KeySharedMember:
     def _commit_low_watermark(self, wait: bool = False) -> bool:
         """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), and
         collect the cursors superseded since (every re-read reads all of them) or of another
-        topic incarnation. Always synchronous (see :class:`TopicWatch`): ``wait`` is kept for
-        the callers' sake."""
-        del wait
-        return self._topics.commit_low_watermark(self._consumer)
+        topic incarnation. Always synchronous (see :class:`TopicWatch`); ``wait``: the final
+        commit of a leaving member, which settles the record if it is the last one."""
+        if not wait:
+            return self._topics.commit_low_watermark(self._consumer)
+        with contextlib.suppress(Exception):
+            members = self._zk.client.get_children(self._zk.layout(self._group).members)
+            return self._topics.commit_low_watermark(self._consumer, last=len(members) <= 1)
+        return False
 
     # -- applying assignments (poll thread, through the inbox) ---------------------------------
 

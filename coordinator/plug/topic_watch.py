@@ -194,12 +194,20 @@ class TopicWatch:
 
     # -- the low-watermark pass ---------------------------------------------------------------
 
-    def commit_low_watermark(self, consumer: Any) -> bool:
+    def commit_low_watermark(self, consumer: Any, last: bool = False) -> bool:
         """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), naming
         each commit in the topic's record first; collect the cursors that stopped counting
-        (another incarnation, or superseded). False when nothing could be committed yet."""
+        (another incarnation, or superseded). False when nothing could be committed yet.
+
+        A commit names two offsets in the record, the new one and what Kafka held. Once Kafka
+        is seen holding the new one, a later pass forgets the old one (:meth:`TopicRecords.settle`);
+        not the same pass, so that a member reading Kafka and then the record a moment later
+        never finds neither. ``last``: no other member is left to read, so the record is
+        settled at once (a reset to the offset held before this commit must show).
+        """
         try:
             committed = self.read(consumer)
+            self._settle(committed)
             valid, stale = self.split(read_cursors(self._client, self._layout))
             _delete(self._client, self._layout, stale)
             delete_superseded(self._client, self._layout, valid)
@@ -222,10 +230,18 @@ class TopicWatch:
                 # Synchronous: the record names this commit and what Kafka held before it;
                 # the next pass must know which of the two Kafka holds.
                 consumer.commit(offsets=allowed, asynchronous=False)
+                if last:
+                    self._settle({(tp.topic, tp.partition): tp.offset for tp in allowed})
         except (KafkaException, KeySharedError, Exception) as exc:
             log.debug("committing the low watermark failed: %s", exc)
             return False
         return True
+
+    def _settle(self, committed: Mapping[TP, int]) -> None:
+        for topic, (topic_id, _) in self.described.items():
+            held = {p: o for (t, p), o in committed.items() if t == topic and o >= 0}
+            if held:
+                self._records.settle(topic, topic_id, held)
 
 
 def _delete(client: KazooClient, layout: GroupLayout, cursors: list[Cursor]) -> None:
