@@ -255,15 +255,18 @@ class TopicRecords:
             self.write(topic, replace(record, committed=committed))
 
     def reset(self, topic: str, topic_id: str, partitions: int, offsets: Mapping[int, int]) -> None:
-        """An operator's reset (``keyshared reset``): every partition's cursors stop counting,
-        and ``offsets`` are the group's."""
+        """An operator's reset (``keyshared reset``): the cursors of each partition of
+        ``offsets`` stop counting, and ``offsets`` are the group's commits there."""
         for _attempt in range(_ATTEMPTS):
             record = self.read(topic)
-            if record is None or record.topic_id != topic_id:
-                fresh = TopicRecord(topic_id, initial_partitions=partitions)
-                record = replace(fresh, version=-1 if record is None else record.version)
-            epochs = {p: record.epochs.get(p, 0) + 1 for p in range(partitions)}
-            committed = {p: (o,) for p, o in offsets.items()}
+            if record is None:
+                record = TopicRecord(topic_id, adopted=topic_id, initial_partitions=partitions)
+            elif record.topic_id != topic_id:
+                record = TopicRecord(
+                    topic_id, initial_partitions=partitions, version=record.version
+                )
+            epochs = {**record.epochs, **{p: record.epochs.get(p, 0) + 1 for p in offsets}}
+            committed = {**record.committed, **{p: (o,) for p, o in offsets.items()}}
             if self.write(topic, replace(record, epochs=epochs, committed=committed)) is not None:
                 return
         raise CoordinatorError(f"the record of topic {topic!r} kept changing; gave up")
