@@ -48,7 +48,6 @@ __all__ = [
     "Cursor",
     "CursorWriter",
     "delete_superseded",
-    "read_and_collect",
     "read_cursors",
     "start_positions",
 ]
@@ -193,14 +192,6 @@ def delete_superseded(client: KazooClient, layout: GroupLayout, cursors: list[Cu
     if gone:
         log.debug("deleted %d superseded cursor(s), %d empty range(s)", gone, len(emptied))
     return gone
-
-
-def read_and_collect(client: KazooClient, layout: GroupLayout) -> list[Cursor]:
-    """Every stored cursor, as :func:`read_cursors`, deleting on the way those superseded (the
-    leader's periodic pass). The list still holds them: they change no resolution."""
-    cursors = read_cursors(client, layout)
-    delete_superseded(client, layout, cursors)
-    return cursors
 
 
 class CursorWriter:

@@ -90,7 +90,6 @@ class HeldRanges:
         self,
         progress: Sequence[Progress],
         claims: dict[TP, PartitionClaims],
-        *,
         force: bool,
         suspended: bool,
         incarnations: Mapping[TP, Incarnation] | None = None,

@@ -88,7 +88,6 @@ class KeySharedMember:
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
         self._consumer: Any = None
         self._events: MembershipEvents | None = None
-        self._partitions: list[TP] = []
         self._assigned: list[TP] = []
         self._claims: dict[TP, PartitionClaims] = {}
         self._desired: tuple[SlotRange, ...] = ()
@@ -105,13 +104,7 @@ class KeySharedMember:
         self._decoded: Decoded = {}  # the last read's decoded cursors (see stored_cursors)
         self._flushed = True  # did every cursor write since the last drain go through?
         self._queue = LeaseQueue(self._leases, context.inbox, self._gate.metrics, self._granted)
-        self._topics = TopicWatch(
-            zk.client,
-            zk.layout(self._group),
-            context.kafka_config,
-            list(context.topics),
-            self._options.startup_timeout,
-        )
+        self._topics = TopicWatch.of(zk.client, zk.layout(self._group), context)
         self._stamps: dict[TP, Incarnation] = {}  # the incarnations the claims were read in
         self._leader: Any = None
         self._watch: Any = None
@@ -124,7 +117,6 @@ class KeySharedMember:
         self._consumer, self._events = consumer, events
         partitions_of(consumer, topics, self._options.startup_timeout)  # a missing topic: error
         self._topics.describe()
-        self._partitions = self._topics.partitions()
         self._gate.start()
         self._membership = self._zk.join(self._group, self._info())
         self._watch = self._zk.watch_assignment(
@@ -136,7 +128,7 @@ class KeySharedMember:
             "key_shared member %s of %s joined: %d partition(s) of %s",
             self._me,
             self._group,
-            len(self._partitions),
+            len(self._topics.partitions()),
             ", ".join(topics),
         )
 
@@ -152,11 +144,7 @@ class KeySharedMember:
             self._rebuild(drop=[])
         self._held.release_finished(self._dispatcher.lock, self._gate.suspended)
         if self._topics.changed() and not self._gate.lost and not self._closing:
-            # Partitions added (or the topic recreated): read every partition again, the new
-            # ones included. Until now nothing read them, and with auto.offset.reset=latest
-            # their records were lost (issue 24, defect 9).
-            self._partitions = self._topics.partitions()
-            self._rebuild(drop=[])
+            self._rebuild(drop=[])  # partitions added, or the topic recreated: read them all
 
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""
@@ -227,13 +215,8 @@ class KeySharedMember:
                 for s in states
                 if s.window is not None
             ]
-        ok, fenced = self._held.write(
-            progress,
-            self._claims,
-            force=force,
-            suspended=self._gate.suspended,
-            incarnations=self._stamps,
-        )
+        suspended = self._gate.suspended
+        ok, fenced = self._held.write(progress, self._claims, force, suspended, self._stamps)
         if fenced:
             # Someone else may hold those ranges now; what else is held is re-read from its
             # cursors once the current step (perhaps a drain) is over.
@@ -244,14 +227,8 @@ class KeySharedMember:
     def _commit_low_watermark(self, wait: bool = False) -> bool:
         """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), and
         collect the cursors superseded since (every re-read reads all of them) or of another
-        topic incarnation. Always synchronous (see :class:`TopicWatch`); ``wait``: the final
-        commit of a leaving member, which settles the record if it is the last one."""
-        if not wait:
-            return self._topics.commit_low_watermark(self._consumer)
-        with contextlib.suppress(Exception):
-            members = self._zk.client.get_children(self._zk.layout(self._group).members)
-            return self._topics.commit_low_watermark(self._consumer, last=len(members) <= 1)
-        return False
+        topic incarnation (:meth:`TopicWatch.commit_low_watermark`; ``wait``: leaving)."""
+        return self._topics.commit_low_watermark(self._consumer, leaving=wait)
 
     # -- applying assignments (poll thread, through the inbox) ---------------------------------
 
@@ -366,21 +343,19 @@ class KeySharedMember:
         )
 
     def _read_claims(self, held: list[tuple[SlotRange, int]]) -> dict[TP, PartitionClaims]:
-        # Kafka's committed offsets and the topics' records first: cursors of another topic
-        # incarnation (recreated topic, offsets reset while stopped) count for nothing.
+        # Kafka's offsets and the topics' records first: cursors of another topic incarnation
+        # (recreated topic, offsets reset while stopped) count for nothing.
         committed = self._topics.read(self._consumer)
         self._stamps = self._topics.incarnations()
-        valid, _stale = self._topics.split(
-            read_cursors(self._zk.client, self._zk.layout(self._group))
-        )
+        valid, _ = self._topics.split(read_cursors(self._zk.client, self._zk.layout(self._group)))
         decoded: Decoded = {}
         stored = stored_cursors(valid, self._decoded, decoded)
         self._decoded = decoded
         reset = str(self._ctx.kafka_config.get("auto.offset.reset", "earliest"))
         bases = self._topics.bases(self._consumer, committed, reset)
         claims = {
-            tp: PartitionClaims.resolve(held, stored.get(tp, []), bases[tp])
-            for tp in self._partitions
+            tp: PartitionClaims.resolve(held, stored.get(tp, []), base)
+            for tp, base in bases.items()
         }
         if trace.isEnabledFor(logging.DEBUG):
             trace.debug("%s read %s", self._me, describe_claims(claims))

@@ -34,6 +34,7 @@ from coordinator.layout import GroupLayout
 from coordinator.plug.range_cursors import low_watermarks
 from keyshared.errors import KeySharedError
 from keyshared.kafka.client_config import client_properties
+from keyshared.kafka.seams import PlugContext
 
 __all__ = ["TopicWatch"]
 
@@ -73,6 +74,12 @@ class TopicWatch:
         self.records: dict[str, TopicRecord] = {}
         self._pending: dict[str, Future[Any]] | None = None
         self._next_check = 0.0
+
+    @staticmethod
+    def of(client: KazooClient, layout: GroupLayout, context: PlugContext) -> TopicWatch:
+        """The watch of a consumer run's topics."""
+        timeout = context.options.startup_timeout
+        return TopicWatch(client, layout, context.kafka_config, list(context.topics), timeout)
 
     # -- Kafka's view ---------------------------------------------------------------------------
 
@@ -194,7 +201,7 @@ class TopicWatch:
 
     # -- the low-watermark pass ---------------------------------------------------------------
 
-    def commit_low_watermark(self, consumer: Any, last: bool = False) -> bool:
+    def commit_low_watermark(self, consumer: Any, leaving: bool = False) -> bool:
         """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), naming
         each commit in the topic's record first; collect the cursors that stopped counting
         (another incarnation, or superseded). False when nothing could be committed yet.
@@ -202,10 +209,12 @@ class TopicWatch:
         A commit names two offsets in the record, the new one and what Kafka held. Once Kafka
         is seen holding the new one, a later pass forgets the old one (:meth:`TopicRecords.settle`);
         not the same pass, so that a member reading Kafka and then the record a moment later
-        never finds neither. ``last``: no other member is left to read, so the record is
-        settled at once (a reset to the offset held before this commit must show).
+        never finds neither. When the last member leaves (``leaving`` and nobody else is left
+        to read) the record is settled at once: a reset to the offset Kafka held before this
+        commit must show.
         """
         try:
+            last = leaving and len(self._client.get_children(self._layout.members)) <= 1
             committed = self.read(consumer)
             self._settle(committed)
             valid, stale = self.split(read_cursors(self._client, self._layout))
