@@ -39,6 +39,7 @@ it (``auto.offset.reset=latest`` would skip what was produced to it before a mem
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -48,9 +49,11 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from coordinator.errors import CoordinatorError
 from coordinator.layout import GroupLayout
 
-__all__ = ["Incarnation", "TopicRecord", "TopicRecords", "reconcile", "with_commit"]
+__all__ = ["Incarnation", "TopicRecord", "TopicRecords", "reconcile", "settled", "with_commit"]
 
 _ATTEMPTS = 5
+SETTLE_AFTER_S = 10.0
+"""How old a commit's naming must be before its older offset is forgotten."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class TopicRecord:
     :param epochs: partition -> epoch of its cursors (absent: 0).
     :param committed: partition -> the Kafka offsets the group last committed (one or two:
         the newest, and what Kafka held before it).
+    :param named_at: when (wall clock, seconds) the last commit was named: the older offset
+        is forgotten only well after it (:meth:`TopicRecords.settle`).
     :param version: the znode's version (for compare-and-set); -1 when not stored yet.
     """
 
@@ -80,6 +85,7 @@ class TopicRecord:
     initial_partitions: int = 0
     epochs: Mapping[int, int] = field(default_factory=dict)
     committed: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    named_at: float = 0.0
     version: int = -1
 
     def incarnation(self, partition: int) -> Incarnation:
@@ -102,6 +108,7 @@ class TopicRecord:
                 "initial_partitions": self.initial_partitions,
                 "epochs": {str(p): e for p, e in sorted(self.epochs.items())},
                 "committed": {str(p): list(o) for p, o in sorted(self.committed.items())},
+                "named_at": self.named_at,
             }
         ).encode()
 
@@ -117,6 +124,7 @@ class TopicRecord:
                 int(p): tuple(int(o) for o in offsets)
                 for p, offsets in raw.get("committed", {}).items()
             },
+            float(raw.get("named_at", 0.0)),
             version,
         )
 
@@ -170,13 +178,29 @@ def reconcile(
 
 
 def with_commit(
-    record: TopicRecord, offsets: Mapping[int, int], held: Mapping[int, int]
+    record: TopicRecord, offsets: Mapping[int, int], held: Mapping[int, int], now: float
 ) -> TopicRecord:
     """``record`` naming ``offsets`` as the group's next commit, beside what Kafka ``held``."""
     committed = dict(record.committed)
     for partition, offset in offsets.items():
         before = held.get(partition, -1)
         committed[partition] = (offset,) if before in (-1, offset) else (offset, before)
+    return replace(record, committed=committed, named_at=now)
+
+
+def settled(record: TopicRecord, held: Mapping[int, int], now: float | None) -> TopicRecord:
+    """``record`` without the older offset of each partition whose newer one Kafka is seen
+    to hold (``held``), so that a later reset to that older offset shows. Only once the naming
+    is ``SETTLE_AFTER_S`` old (``now`` None: at once, nobody else is reading): a member whose
+    read of Kafka came before the commit and whose read of the record came after the settle
+    would find neither offset and take the group's own commit for a reset; members redo a
+    read that took more than a few seconds."""
+    if now is not None and now - record.named_at < SETTLE_AFTER_S:
+        return record
+    committed = dict(record.committed)
+    for partition, offset in held.items():
+        if len(committed.get(partition, ())) > 1 and committed[partition][0] == offset:
+            committed[partition] = (offset,)
     return replace(record, committed=committed)
 
 
@@ -236,23 +260,20 @@ class TopicRecords:
                 return False
             if all(offsets[p] in record.committed.get(p, ()) for p in offsets):
                 return True
-            if self.write(topic, with_commit(record, offsets, held)) is not None:
+            if self.write(topic, with_commit(record, offsets, held, time.time())) is not None:
                 return True
         raise CoordinatorError(f"the record of topic {topic!r} kept changing; gave up")
 
-    def settle(self, topic: str, topic_id: str, held: Mapping[int, int]) -> None:
-        """Forget the older offset of each partition whose newer one Kafka is seen to hold
-        (``held``), so that a later reset to that older offset is seen. Best effort: a race
-        leaves it to the next pass."""
+    def settle(
+        self, topic: str, topic_id: str, held: Mapping[int, int], at_once: bool = False
+    ) -> None:
+        """:func:`settled`, stored. Best effort: a race leaves it to the next pass."""
         record = self.read(topic)
         if record is None or record.topic_id != topic_id:
             return
-        committed = dict(record.committed)
-        for partition, offset in held.items():
-            if len(committed.get(partition, ())) > 1 and committed[partition][0] == offset:
-                committed[partition] = (offset,)
-        if committed != record.committed:
-            self.write(topic, replace(record, committed=committed))
+        after = settled(record, held, None if at_once else time.time())
+        if after.committed != record.committed:
+            self.write(topic, after)
 
     def reset(self, topic: str, topic_id: str, partitions: int, offsets: Mapping[int, int]) -> None:
         """An operator's reset (``keyshared reset``): the cursors of each partition of

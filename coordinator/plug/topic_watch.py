@@ -207,11 +207,10 @@ class TopicWatch:
         (another incarnation, or superseded). False when nothing could be committed yet.
 
         A commit names two offsets in the record, the new one and what Kafka held. Once Kafka
-        is seen holding the new one, a later pass forgets the old one (:meth:`TopicRecords.settle`);
-        not the same pass, so that a member reading Kafka and then the record a moment later
-        never finds neither. When the last member leaves (``leaving`` and nobody else is left
-        to read) the record is settled at once: a reset to the offset Kafka held before this
-        commit must show.
+        is seen holding the new one, a pass at least ``SETTLE_AFTER_S`` later forgets the old
+        one (:func:`coordinator.incarnations.settled`). When the last member leaves
+        (``leaving``, nobody else is left to read) the record is settled at once: a reset to
+        the offset Kafka held before its final commit must show.
         """
         try:
             last = leaving and len(self._client.get_children(self._layout.members)) <= 1
@@ -239,18 +238,19 @@ class TopicWatch:
                 # Synchronous: the record names this commit and what Kafka held before it;
                 # the next pass must know which of the two Kafka holds.
                 consumer.commit(offsets=allowed, asynchronous=False)
-                if last:
-                    self._settle({(tp.topic, tp.partition): tp.offset for tp in allowed})
+            if last:
+                done = {(tp.topic, tp.partition): tp.offset for tp in allowed}
+                self._settle({**committed, **done}, at_once=True)
         except (KafkaException, KeySharedError, Exception) as exc:
             log.debug("committing the low watermark failed: %s", exc)
             return False
         return True
 
-    def _settle(self, committed: Mapping[TP, int]) -> None:
+    def _settle(self, committed: Mapping[TP, int], at_once: bool = False) -> None:
         for topic, (topic_id, _) in self.described.items():
             held = {p: o for (t, p), o in committed.items() if t == topic and o >= 0}
             if held:
-                self._records.settle(topic, topic_id, held)
+                self._records.settle(topic, topic_id, held, at_once)
 
 
 def _delete(client: KazooClient, layout: GroupLayout, cursors: list[Cursor]) -> None:

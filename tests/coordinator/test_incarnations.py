@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from coordinator.incarnations import Incarnation, TopicRecord, reconcile, with_commit
+from coordinator.incarnations import (
+    SETTLE_AFTER_S,
+    Incarnation,
+    TopicRecord,
+    reconcile,
+    settled,
+    with_commit,
+)
 
 
 def test_a_first_record_adopts_the_cursors_written_before_stamps() -> None:
@@ -25,7 +32,7 @@ def test_a_recreated_topic_drops_every_cursor_of_the_old_one() -> None:
 
 def test_the_groups_own_commit_is_never_taken_for_a_reset() -> None:
     record = TopicRecord("id", committed={0: (10,)}, version=3)
-    named = with_commit(record, {0: 20}, held={0: 10})
+    named = with_commit(record, {0: 20}, held={0: 10}, now=0.0)
     # Kafka holds either value, whether the commit landed or not (or its writer died).
     for kafka in (10, 20):
         again, changes = reconcile(named, "id", 1, {0: kafka})
@@ -47,3 +54,14 @@ def test_an_offset_reset_while_stopped_drops_that_partitions_cursors_only() -> N
 def test_a_record_round_trips_through_json() -> None:
     record = TopicRecord("id", "id", 4, {1: 2}, {0: (20, 10)}, version=7)
     assert TopicRecord.from_json(record.to_json(), 7) == record
+
+
+def test_the_older_offset_is_forgotten_only_well_after_the_commit_was_named() -> None:
+    named = with_commit(TopicRecord("id", committed={0: (10,)}), {0: 20}, {0: 10}, now=100.0)
+    assert settled(named, {0: 20}, now=101.0).committed == {0: (20, 10)}
+    assert settled(named, {0: 20}, now=100.0 + SETTLE_AFTER_S).committed == {0: (20,)}
+    assert settled(named, {0: 20}, now=None).committed == {0: (20,)}  # the last member leaving
+    assert settled(named, {0: 10}, now=None).committed == {0: (20, 10)}  # not landed: keep both
+    # Once settled, a reset to the older offset shows.
+    _, changes = reconcile(settled(named, {0: 20}, now=None), "id", 1, {0: 10})
+    assert changes
