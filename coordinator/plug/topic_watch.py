@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 TP = tuple[str, int]
 _CHECK_EVERY_S = 5.0  # how often the topics are described (partition count, topic id)
 _RESET_TO_END = ("latest", "end", "largest")
+_PASS_TIMEOUT_S = 5.0  # the low-watermark pass waits this long at most for Kafka
 _STALE_READ_S = 2.0  # a read of Kafka's offsets and the records slower than this is redone
 
 
@@ -111,10 +112,13 @@ class TopicWatch:
             if now >= self._next_check:
                 self._next_check = now + _CHECK_EVERY_S
                 self._pending = self._admin.describe_topics(
-                    TopicCollection(self._topics), request_timeout=self._timeout
+                    TopicCollection(self._topics), request_timeout=_CHECK_EVERY_S
                 )
             return False
         if not all(future.done() for future in self._pending.values()):
+            if now >= self._next_check + _CHECK_EVERY_S:
+                log.warning("describing the topics got no answer in %ss", _CHECK_EVERY_S * 2)
+                self._pending = None  # and ask again
             return False
         pending, self._pending = self._pending, None
         try:
@@ -135,7 +139,7 @@ class TopicWatch:
 
     # -- reading: Kafka's offsets, then the records --------------------------------------------
 
-    def read(self, consumer: Any) -> dict[TP, int]:
+    def read(self, consumer: Any, timeout: float | None = None) -> dict[TP, int]:
         """The group's Kafka committed offsets (-1: none), with every topic's record reconciled
         against them (:func:`coordinator.incarnations.reconcile`).
 
@@ -145,7 +149,7 @@ class TopicWatch:
         """
         for _attempt in range(3):
             began = time.monotonic()
-            committed = self._committed(consumer)
+            committed = self._committed(consumer, timeout or self._timeout)
             records = {}
             for topic, (topic_id, count) in self.described.items():
                 offsets = {p: o for (t, p), o in committed.items() if t == topic}
@@ -158,9 +162,9 @@ class TopicWatch:
         self.records = records
         return committed
 
-    def _committed(self, consumer: Any) -> dict[TP, int]:
+    def _committed(self, consumer: Any, timeout: float) -> dict[TP, int]:
         wanted = [TopicPartition(t, p) for t, p in self.partitions()]
-        found = consumer.committed(wanted, timeout=self._timeout)
+        found = consumer.committed(wanted, timeout=timeout)
         return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else -1 for tp in found}
 
     def incarnations(self) -> dict[TP, Incarnation]:
@@ -204,7 +208,8 @@ class TopicWatch:
     def commit_low_watermark(self, consumer: Any, leaving: bool = False) -> bool:
         """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), naming
         each commit in the topic's record first; collect the cursors that stopped counting
-        (another incarnation, or superseded). False when nothing could be committed yet.
+        (another incarnation, or superseded). False when nothing could be committed yet. It
+        runs on the poll thread, so it waits at most ``_PASS_TIMEOUT_S`` for Kafka's offsets.
 
         A commit names two offsets in the record, the new one and what Kafka held. Once Kafka
         is seen holding the new one, a pass at least ``SETTLE_AFTER_S`` later forgets the old
@@ -214,7 +219,7 @@ class TopicWatch:
         """
         try:
             last = leaving and len(self._client.get_children(self._layout.members)) <= 1
-            committed = self.read(consumer)
+            committed = self.read(consumer, _PASS_TIMEOUT_S)
             self._settle(committed)
             valid, stale = self.split(read_cursors(self._client, self._layout))
             _delete(self._client, self._layout, stale)
@@ -241,7 +246,7 @@ class TopicWatch:
             if last:
                 done = {(tp.topic, tp.partition): tp.offset for tp in allowed}
                 self._settle({**committed, **done}, at_once=True)
-        except (KafkaException, KeySharedError, Exception) as exc:
+        except Exception as exc:
             log.debug("committing the low watermark failed: %s", exc)
             return False
         return True
