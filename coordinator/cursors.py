@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -38,6 +38,7 @@ from kazoo.exceptions import (
 )
 
 from coordinator.errors import CoordinatorError, Fenced
+from coordinator.incarnations import Incarnation
 from coordinator.layout import GroupLayout, parse_partition, parse_range
 from coordinator.leases import Lease
 from keyshared.core.claims import StoredCursor, superseded
@@ -47,7 +48,6 @@ __all__ = [
     "Cursor",
     "CursorWriter",
     "delete_superseded",
-    "read_and_collect",
     "read_cursors",
     "start_positions",
 ]
@@ -79,6 +79,9 @@ class Cursor:
     token: int = -1
     version: int = 0
     data_version: int = -1  # the znode's own version, for a conditional delete; -1: unknown
+    # The topic incarnation it was written in (coordinator.incarnations); a cursor of another
+    # one (topic recreated, offsets reset) counts for nothing. Empty: written before stamps.
+    incarnation: Incarnation = field(default_factory=Incarnation)
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -87,6 +90,8 @@ class Cursor:
                 "metadata": self.metadata,
                 "member": self.member_id,
                 "token": self.token,
+                "topic_id": self.incarnation.topic_id,
+                "epoch": self.incarnation.epoch,
             }
         ).encode()
 
@@ -133,6 +138,7 @@ def read_cursors(
                 int(raw.get("token", -1)),
                 stat.mzxid,
                 stat.version,
+                Incarnation(str(raw.get("topic_id", "")), int(raw.get("epoch", 0))),
             )
         )
     return sorted(cursors, key=lambda c: (c.slots, c.topic, c.partition))
@@ -188,14 +194,6 @@ def delete_superseded(client: KazooClient, layout: GroupLayout, cursors: list[Cu
     return gone
 
 
-def read_and_collect(client: KazooClient, layout: GroupLayout) -> list[Cursor]:
-    """Every stored cursor, as :func:`read_cursors`, deleting on the way those superseded (the
-    leader's periodic pass). The list still holds them: they change no resolution."""
-    cursors = read_cursors(client, layout)
-    delete_superseded(client, layout, cursors)
-    return cursors
-
-
 class CursorWriter:
     """Stages one range's cursors and writes them, fenced by its lease, in one transaction.
 
@@ -227,23 +225,37 @@ class CursorWriter:
         with contextlib.suppress(NodeExistsError):
             client.create(layout.cursor_range(self.slots), b"")
 
-    def stage(self, topic: str, partition: int, offset: int, metadata: str = "") -> None:
+    def stage(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        metadata: str = "",
+        incarnation: Incarnation | None = None,
+    ) -> None:
         """Remember the latest cursor of a partition until the next :meth:`flush` (thread-safe;
         a later stage of the same partition replaces an earlier one)."""
-        self.stage_pieces(topic, partition, [(self.slots, offset, metadata)])
+        self.stage_pieces(topic, partition, [(self.slots, offset, metadata)], incarnation)
 
     def stage_pieces(
-        self, topic: str, partition: int, pieces: list[tuple[SlotRange, int, str]]
+        self,
+        topic: str,
+        partition: int,
+        pieces: list[tuple[SlotRange, int, str]],
+        incarnation: Incarnation | None = None,
     ) -> None:
         """Like :meth:`stage`, one cursor per ``(slots, offset, metadata)``, each ``slots`` a
         part of this range (or all of it). They replace whatever was staged for the partition,
         and are written in one transaction: one version, so that a later write of the whole
-        range is never tied with them."""
+        range is never tied with them. ``incarnation``: the topic incarnation the offsets are
+        of (:mod:`coordinator.incarnations`)."""
         lease = self.lease
+        stamp = incarnation or Incarnation()
         cursors = [
-            Cursor(slots, topic, partition, offset, metadata, lease.member_id, lease.token)
+            Cursor(slots, topic, partition, offset, metadata, lease.member_id, lease.token, 0, -1,
+                   stamp)
             for slots, offset, metadata in pieces
-        ]
+        ]  # fmt: skip
         if any(not (self.slots.lo <= c.slots.lo and c.slots.hi <= self.slots.hi) for c in cursors):
             raise ValueError(f"a piece outside {self.slots}: {[str(c.slots) for c in cursors]}")
         with self._lock:

@@ -11,7 +11,9 @@ percent-encoded so that any string is a valid, unambiguous znode name (no ``/``,
         assignment                          persistent  {generation, leader, ranges} (JSON)
         leases/<lo>-<hi>-<seq>              ephemeral   range lease {member, generation}
         partition-leases/<topic>@<p>-<seq>  ephemeral   partition lease {member, generation}
-        cursors/<lo>-<hi>/<topic>@<p>       persistent  {offset, metadata, member, token}
+        cursors/<lo>-<hi>/<topic>@<p>       persistent  {offset, metadata, member, token,
+                                                     topic_id, epoch}
+        topics/<topic>                      persistent  the topic's incarnation record
         pins/<lo>-<hi>@<member>             persistent  operator pin of a range to a member
         active/<uuid>__lock__<seq>          ephemeral   exclusive mode's lock contenders
 
@@ -142,6 +144,14 @@ class GroupLayout:
         return f"{self.cursor_range(slots)}/{format_partition(topic, partition)}"
 
     @property
+    def topics(self) -> str:
+        return f"{self.root}/topics"
+
+    def topic(self, topic: str) -> str:
+        """The group's record of ``topic`` (:mod:`coordinator.incarnations`)."""
+        return f"{self.topics}/{encode_name(topic)}"
+
+    @property
     def pins(self) -> str:
         return f"{self.root}/pins"
 
@@ -161,6 +171,7 @@ class GroupLayout:
             self.leases,
             self.partition_leases,
             self.cursors,
+            self.topics,
             self.pins,
             self.active,
         )

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from coordinator.cursors import CursorWriter
 from coordinator.errors import CoordinatorError, Fenced
+from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease, RangeLeases
 from coordinator.plug.range_cursors import cursors_for, idle
 from keyshared.core.claims import PartitionClaims
@@ -36,6 +37,7 @@ trace = logging.getLogger("keyshared.trace")  # cursor diagnostics, off unless s
 
 TP = tuple[str, int]
 Progress = tuple[TP, int, OffsetRuns, int]  # partition, safe cursor, finished above, seen end
+Piece = tuple[SlotRange, int, str]
 
 
 @dataclass
@@ -64,7 +66,7 @@ class HeldRanges:
         self._on_fenced = on_fenced
         self.leases: dict[SlotRange, Lease] = {}
         self._writers: dict[SlotRange, CursorWriter] = {}
-        self._written: dict[tuple[SlotRange, TP], list[tuple[SlotRange, int, str]]] = {}
+        self._written: dict[tuple[SlotRange, TP], tuple[list[Piece], Incarnation | None]] = {}
         self._given_up: list[_GivenUp] = []
 
     def __contains__(self, slots: object) -> bool:
@@ -89,12 +91,14 @@ class HeldRanges:
         self,
         progress: Sequence[Progress],
         claims: dict[TP, PartitionClaims],
-        *,
         force: bool,
         suspended: bool,
+        incarnations: Mapping[TP, Incarnation] | None = None,
     ) -> tuple[bool, list[SlotRange]]:
         """Stage each held range's cursor in every partition and write them: one fenced
         transaction a range. While ZooKeeper is away (``suspended``) they stay staged.
+        Each cursor is stamped with its partition's topic incarnation (``incarnations``: the
+        ones the claims were read in).
 
         :return: whether every write went through, and the ranges found fenced (forgotten
             here; the caller decides what else to stop).
@@ -106,10 +110,11 @@ class HeldRanges:
                 computed = cursors_for(slots, claims.get(tp), cursor, finished, seen_end)
                 if computed is None:
                     continue  # not read by this window yet: its stored cursors stand
-                if not force and self._written.get((slots, tp)) == computed:
+                stamp = None if incarnations is None else incarnations.get(tp)
+                if not force and self._written.get((slots, tp)) == (computed, stamp):
                     continue
-                writer.stage_pieces(tp[0], tp[1], computed)
-                self._written[(slots, tp)] = computed
+                writer.stage_pieces(tp[0], tp[1], computed, stamp)
+                self._written[(slots, tp)] = (computed, stamp)
                 if trace.isEnabledFor(logging.DEBUG):
                     trace.debug(
                         "stage %s %s[%d] %s (window %d-%d, %d finished)",

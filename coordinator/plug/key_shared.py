@@ -25,13 +25,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from coordinator.assignment import AssignmentChange
-from coordinator.cursors import read_and_collect, read_cursors
+from coordinator.cursors import read_cursors
+from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease
 from coordinator.members import MemberInfo
 from coordinator.plug.deferred_rebuild import DeferredRebuild
@@ -39,14 +39,13 @@ from coordinator.plug.held_ranges import HeldRanges
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
     Decoded,
-    commit_low_watermark,
     describe_claims,
-    kafka_bases,
     partitions_of,
     stored_cursors,
     token_lookup,
 )
 from coordinator.plug.session_gate import SessionGate
+from coordinator.plug.topic_watch import TopicWatch
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.filters import KeyFilter
 from keyshared.core.slots import SlotRange, slot_of
@@ -89,7 +88,6 @@ class KeySharedMember:
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
         self._consumer: Any = None
         self._events: MembershipEvents | None = None
-        self._partitions: list[TP] = []
         self._assigned: list[TP] = []
         self._claims: dict[TP, PartitionClaims] = {}
         self._desired: tuple[SlotRange, ...] = ()
@@ -106,6 +104,8 @@ class KeySharedMember:
         self._decoded: Decoded = {}  # the last read's decoded cursors (see stored_cursors)
         self._flushed = True  # did every cursor write since the last drain go through?
         self._queue = LeaseQueue(self._leases, context.inbox, self._gate.metrics, self._granted)
+        self._topics = TopicWatch.of(zk.client, zk.layout(self._group), context)
+        self._stamps: dict[TP, Incarnation] = {}  # the incarnations the claims were read in
         self._leader: Any = None
         self._watch: Any = None
         self._membership: Any = None
@@ -115,7 +115,8 @@ class KeySharedMember:
 
     def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
         self._consumer, self._events = consumer, events
-        self._partitions = partitions_of(consumer, topics, self._options.startup_timeout)
+        partitions_of(consumer, topics, self._options.startup_timeout)  # a missing topic: error
+        self._topics.describe()
         self._gate.start()
         self._membership = self._zk.join(self._group, self._info())
         self._watch = self._zk.watch_assignment(
@@ -127,7 +128,7 @@ class KeySharedMember:
             "key_shared member %s of %s joined: %d partition(s) of %s",
             self._me,
             self._group,
-            len(self._partitions),
+            len(self._topics.partitions()),
             ", ".join(topics),
         )
 
@@ -142,6 +143,8 @@ class KeySharedMember:
         if (due or self._deferred.ready()) and not self._gate.lost:
             self._rebuild(drop=[])
         self._held.release_finished(self._dispatcher.lock, self._gate.suspended)
+        if self._topics.changed() and not self._gate.lost and not self._closing:
+            self._rebuild(drop=[])  # partitions added, or the topic recreated: read them all
 
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""
@@ -212,9 +215,8 @@ class KeySharedMember:
                 for s in states
                 if s.window is not None
             ]
-        ok, fenced = self._held.write(
-            progress, self._claims, force=force, suspended=self._gate.suspended
-        )
+        suspended = self._gate.suspended
+        ok, fenced = self._held.write(progress, self._claims, force, suspended, self._stamps)
         if fenced:
             # Someone else may hold those ranges now; what else is held is re-read from its
             # cursors once the current step (perhaps a drain) is over.
@@ -224,9 +226,9 @@ class KeySharedMember:
 
     def _commit_low_watermark(self, wait: bool = False) -> bool:
         """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), and
-        collect the cursors superseded since: every re-read reads all of them."""
-        cursors = partial(read_and_collect, self._zk.client, self._zk.layout(self._group))
-        return commit_low_watermark(self._consumer, cursors, wait)
+        collect the cursors superseded since (every re-read reads all of them) or of another
+        topic incarnation (:meth:`TopicWatch.commit_low_watermark`; ``wait``: leaving)."""
+        return self._topics.commit_low_watermark(self._consumer, leaving=wait)
 
     # -- applying assignments (poll thread, through the inbox) ---------------------------------
 
@@ -341,16 +343,19 @@ class KeySharedMember:
         )
 
     def _read_claims(self, held: list[tuple[SlotRange, int]]) -> dict[TP, PartitionClaims]:
+        # Kafka's offsets and the topics' records first: cursors of another topic incarnation
+        # (recreated topic, offsets reset while stopped) count for nothing.
+        committed = self._topics.read(self._consumer)
+        self._stamps = self._topics.incarnations()
+        valid, _ = self._topics.split(read_cursors(self._zk.client, self._zk.layout(self._group)))
         decoded: Decoded = {}
-        stored = stored_cursors(
-            read_cursors(self._zk.client, self._zk.layout(self._group)), self._decoded, decoded
-        )
+        stored = stored_cursors(valid, self._decoded, decoded)
         self._decoded = decoded
         reset = str(self._ctx.kafka_config.get("auto.offset.reset", "earliest"))
-        bases = kafka_bases(self._consumer, self._partitions, reset, self._options.startup_timeout)
+        bases = self._topics.bases(self._consumer, committed, reset)
         claims = {
-            tp: PartitionClaims.resolve(held, stored.get(tp, []), bases[tp])
-            for tp in self._partitions
+            tp: PartitionClaims.resolve(held, stored.get(tp, []), base)
+            for tp, base in bases.items()
         }
         if trace.isEnabledFor(logging.DEBUG):
             trace.debug("%s read %s", self._me, describe_claims(claims))

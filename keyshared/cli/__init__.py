@@ -15,6 +15,7 @@ from keyshared.cli.dev import dev
 from keyshared.cli.dlq import dlq
 from keyshared.cli.release import release
 from keyshared.cli.reprocess import reprocess
+from keyshared.cli.reset import reset
 from keyshared.cli.run import run
 from keyshared.cli.status import status
 from keyshared.cli.verify import verify
@@ -38,6 +39,7 @@ cli.add_command(verify)
 cli.add_command(assign)
 cli.add_command(dlq)
 cli.add_command(reprocess)
+cli.add_command(reset)
 
 
 def main() -> None:

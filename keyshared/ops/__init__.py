@@ -1,9 +1,9 @@
-"""Operator tooling behind ``keyshared status`` and ``keyshared verify``.
+"""Operator tooling behind ``keyshared status``, ``keyshared verify`` and ``keyshared reset``.
 
 A pure model of what a group's committed state means (:mod:`.group_status`, :mod:`.verify`), a
 thin Kafka reader (:mod:`.admin`), a reader of members' ``/metrics`` and ``/hotkeys``
-(:mod:`.member_view`) and the glue that gathers one report (:mod:`.collect`). The CLI modules only
-parse options and render.
+(:mod:`.member_view`) and the glue that gathers one report (:mod:`.collect`); the one writer,
+:mod:`.reset`, moves a stopped group's position. The CLI modules only parse options and render.
 """
 
 from __future__ import annotations

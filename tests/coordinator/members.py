@@ -35,7 +35,8 @@ def keys_in(slots: SlotRange, count: int, prefix: str = "k") -> list[bytes]:
 
 
 def members_for(bootstrap: str, zookeeper: str) -> Iterator[StartMember]:
-    """Body of a fixture: ``start(group, topic, handler, member, **options) -> Running``."""
+    """Body of a fixture: ``start(group, topic, handler, member, kafka={...}, **options)``
+    (``kafka``: extra client properties)."""
     started: list[Running] = []
 
     def start(
@@ -44,12 +45,14 @@ def members_for(bootstrap: str, zookeeper: str) -> Iterator[StartMember]:
         handler: Callable[..., object],
         member: str = "",
         session_timeout: float = 6.0,
+        kafka: dict[str, Any] | None = None,
         **options: Any,
     ) -> Running:
         config = {
             "bootstrap.servers": bootstrap,
             "group.id": group,
             "client.id": member or f"m-{uuid.uuid4().hex[:8]}",
+            **(kafka or {}),
         }
         zk = ZooKeeperCoordinator(zookeeper, namespace=NAMESPACE, session_timeout=session_timeout)
         options = {

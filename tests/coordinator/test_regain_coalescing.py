@@ -48,6 +48,7 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
         "_group": "g",
         "_dispatcher": SimpleNamespace(lock=None),  # nothing given up: never taken
         "_deferred": SimpleNamespace(ready=lambda: False),  # no re-read waiting for records
+        "_topics": SimpleNamespace(changed=lambda: False),  # no partition added meanwhile
     }
     for name, value in fields.items():
         setattr(m, name, value)

@@ -1,0 +1,276 @@
+"""What a ``key_shared`` member knows of its topics' life: their incarnation, their partitions.
+
+Two ways a topic changes under a group that Kafka's own consumer groups handle and a group
+of range cursors must handle itself (issue 24):
+
+- **a new incarnation** (the topic recreated) or **an operator's offset reset** while the group
+  was stopped: the stored cursors no longer describe the partitions. The rules are in
+  :mod:`coordinator.incarnations`; here they are applied before every read of the cursors,
+  and by the low-watermark pass, which also collects the cursors that stopped counting.
+- **partitions added** while the group runs (defect 9): members read every partition by
+  manual assignment, so nobody tells them. :meth:`TopicWatch.changed`, called from the poll
+  loop's ``tick``, describes the topics every few seconds without blocking the poll thread
+  (the admin client's futures are only looked at once done), and a change makes the member
+  read again, the new partitions included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
+
+from coordinator.cursors import Cursor, delete_superseded, read_cursors
+from coordinator.incarnations import Incarnation, TopicRecord, TopicRecords
+from coordinator.layout import GroupLayout
+from coordinator.plug.range_cursors import low_watermarks
+from keyshared.errors import KeySharedError
+from keyshared.kafka.client_config import client_properties
+from keyshared.kafka.seams import PlugContext
+
+__all__ = ["TopicWatch"]
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+_CHECK_EVERY_S = 5.0  # how often the topics are described (partition count, topic id)
+_RESET_TO_END = ("latest", "end", "largest")
+_PASS_TIMEOUT_S = 5.0  # the low-watermark pass waits this long at most for Kafka
+_STALE_READ_S = 2.0  # a read of Kafka's offsets and the records slower than this is redone
+
+
+class TopicWatch:
+    """A member's view of its topics: Kafka's ids and partitions, the group's records.
+
+    :param client: the member's kazoo client.
+    :param layout: the group's paths.
+    :param kafka_config: the consumer's config (connection and security are reused).
+    :param topics: the member's topics.
+    :param timeout: bound of every synchronous Kafka request.
+    """
+
+    def __init__(
+        self,
+        client: KazooClient,
+        layout: GroupLayout,
+        kafka_config: Mapping[str, Any],
+        topics: list[str],
+        timeout: float,
+    ) -> None:
+        self._client = client
+        self._layout = layout
+        self._records = TopicRecords(client, layout)
+        self._admin = AdminClient({"log_level": 3, **client_properties(kafka_config)})
+        self._topics = list(topics)
+        self._timeout = timeout
+        self.described: dict[str, tuple[str, int]] = {}  # topic -> (topic id, partitions)
+        self.records: dict[str, TopicRecord] = {}
+        self._pending: dict[str, Future[Any]] | None = None
+        self._next_check = 0.0
+
+    @staticmethod
+    def of(client: KazooClient, layout: GroupLayout, context: PlugContext) -> TopicWatch:
+        """The watch of a consumer run's topics."""
+        timeout = context.options.startup_timeout
+        return TopicWatch(client, layout, context.kafka_config, list(context.topics), timeout)
+
+    # -- Kafka's view ---------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, tuple[str, int]]:
+        """Describe the topics now (bounded); raises naming a topic that cannot be described."""
+        futures = self._admin.describe_topics(
+            TopicCollection(self._topics), request_timeout=self._timeout
+        )
+        self.described = {t: self._result(t, f, self._timeout) for t, f in futures.items()}
+        self._next_check = time.monotonic() + _CHECK_EVERY_S
+        return self.described
+
+    @staticmethod
+    def _result(topic: str, future: Future[Any], timeout: float) -> tuple[str, int]:
+        try:
+            described = future.result(timeout=timeout)
+        except (KafkaException, TimeoutError) as exc:
+            raise KeySharedError(f"describing topic {topic!r} failed: {exc}") from None
+        return str(described.topic_id), len(described.partitions)
+
+    def partitions(self) -> list[TP]:
+        return [(t, p) for t, (_, count) in sorted(self.described.items()) for p in range(count)]
+
+    def changed(self) -> bool:
+        """Whether a topic got partitions or a new id since the last look (poll thread; never
+        waits: a description is started here and looked at once the broker answered)."""
+        now = time.monotonic()
+        if self._pending is None:
+            if now >= self._next_check:
+                self._next_check = now + _CHECK_EVERY_S
+                self._pending = self._admin.describe_topics(
+                    TopicCollection(self._topics), request_timeout=_CHECK_EVERY_S
+                )
+            return False
+        if not all(future.done() for future in self._pending.values()):
+            if now >= self._next_check + _CHECK_EVERY_S:
+                log.warning("describing the topics got no answer in %ss", _CHECK_EVERY_S * 2)
+                self._pending = None  # and ask again
+            return False
+        pending, self._pending = self._pending, None
+        try:
+            now_described = {t: self._result(t, f, 0) for t, f in pending.items()}
+        except KeySharedError as exc:  # deleted right now, broker away: look again later
+            log.debug("describing the topics failed: %s", exc)
+            return False
+        if now_described == self.described:
+            return False
+        for topic, (topic_id, count) in sorted(now_described.items()):
+            old_id, old_count = self.described.get(topic, ("", 0))
+            if topic_id != old_id:
+                log.warning("topic %s has a new id (%s -> %s): recreated", topic, old_id, topic_id)
+            elif count != old_count:
+                log.info("topic %s: %d partition(s), was %d", topic, count, old_count)
+        self.described = now_described
+        return True
+
+    # -- reading: Kafka's offsets, then the records --------------------------------------------
+
+    def read(self, consumer: Any, timeout: float | None = None) -> dict[TP, int]:
+        """The group's Kafka committed offsets (-1: none), with every topic's record reconciled
+        against them (:func:`coordinator.incarnations.reconcile`).
+
+        Kafka first, the records second: the group's own commits name their offset in the
+        record before Kafka has it, so read in this order an own commit is never mistaken for
+        a reset. A read slow enough for two low-watermark passes to fit in it is redone.
+        """
+        for _attempt in range(3):
+            began = time.monotonic()
+            committed = self._committed(consumer, timeout or self._timeout)
+            records = {}
+            for topic, (topic_id, count) in self.described.items():
+                offsets = {p: o for (t, p), o in committed.items() if t == topic}
+                record, changes = self._records.reconcile(topic, topic_id, count, offsets)
+                for change in changes:
+                    log.warning("group %s, topic %s: %s", self._layout.group, topic, change)
+                records[topic] = record
+            if time.monotonic() - began < _STALE_READ_S:
+                break
+        self.records = records
+        return committed
+
+    def _committed(self, consumer: Any, timeout: float) -> dict[TP, int]:
+        wanted = [TopicPartition(t, p) for t, p in self.partitions()]
+        found = consumer.committed(wanted, timeout=timeout)
+        return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else -1 for tp in found}
+
+    def incarnations(self) -> dict[TP, Incarnation]:
+        """The stamp of each partition's cursors, as of the last :meth:`read`."""
+        return {
+            (t, p): self.records[t].incarnation(p)
+            for t, p in self.partitions()
+            if t in self.records
+        }
+
+    def split(self, cursors: Iterable[Cursor]) -> tuple[list[Cursor], list[Cursor]]:
+        """``cursors`` that belong to the incarnation read last, and those that do not. Cursors
+        of topics this member does not read are not judged (they count)."""
+        valid: list[Cursor] = []
+        stale: list[Cursor] = []
+        for cursor in cursors:
+            record = self.records.get(cursor.topic)
+            counts = record is None or record.accepts(cursor.partition, cursor.incarnation)
+            (valid if counts else stale).append(cursor)
+        return valid, stale
+
+    def bases(self, consumer: Any, committed: Mapping[TP, int], reset: str) -> dict[TP, int]:
+        """Where slots without a cursor start: the group's committed offset, else the start or
+        the end (``auto.offset.reset``). A partition added after the group started is read
+        from its start: ``latest`` would skip what was produced to it before it was seen."""
+        bases: dict[TP, int] = {}
+        for (topic, partition), offset in committed.items():
+            if offset >= 0:
+                bases[(topic, partition)] = offset
+                continue
+            record = self.records.get(topic)
+            to_end = reset in _RESET_TO_END and not (record is not None and record.added(partition))
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self._timeout
+            )
+            bases[(topic, partition)] = high if to_end else low
+        return bases
+
+    # -- the low-watermark pass ---------------------------------------------------------------
+
+    def commit_low_watermark(self, consumer: Any, leaving: bool = False) -> bool:
+        """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), naming
+        each commit in the topic's record first; collect the cursors that stopped counting
+        (another incarnation, or superseded). False when nothing could be committed yet. It
+        runs on the poll thread, so it waits at most ``_PASS_TIMEOUT_S`` for Kafka's offsets.
+
+        A commit names two offsets in the record, the new one and what Kafka held. Once Kafka
+        is seen holding the new one, a pass at least ``SETTLE_AFTER_S`` later forgets the old
+        one (:func:`coordinator.incarnations.settled`). When the last member leaves
+        (``leaving``, nobody else is left to read) the record is settled at once: a reset to
+        the offset Kafka held before its final commit must show.
+        """
+        try:
+            last = leaving and len(self._client.get_children(self._layout.members)) <= 1
+            committed = self.read(consumer, _PASS_TIMEOUT_S)
+            self._settle(committed)
+            valid, stale = self.split(read_cursors(self._client, self._layout))
+            _delete(self._client, self._layout, stale)
+            delete_superseded(self._client, self._layout, valid)
+            offsets = low_watermarks(valid)
+        except Exception as exc:
+            log.debug("reading cursors for the low watermark failed: %s", exc)
+            return False
+        if not offsets:
+            return False
+        todo = [tp for tp in offsets if committed.get((tp.topic, tp.partition)) != tp.offset]
+        allowed: list[TopicPartition] = []
+        try:
+            for topic in sorted({tp.topic for tp in todo}):
+                mine = {tp.partition: tp.offset for tp in todo if tp.topic == topic}
+                held = {p: committed.get((topic, p), -1) for p in mine}
+                topic_id = self.described.get(topic, ("", 0))[0]
+                if self._records.commit(topic, topic_id, mine, held):
+                    allowed += [tp for tp in todo if tp.topic == topic]
+            if allowed:
+                # Synchronous: the record names this commit and what Kafka held before it;
+                # the next pass must know which of the two Kafka holds.
+                consumer.commit(offsets=allowed, asynchronous=False)
+            if last:
+                done = {(tp.topic, tp.partition): tp.offset for tp in allowed}
+                self._settle({**committed, **done}, at_once=True)
+        except Exception as exc:
+            log.debug("committing the low watermark failed: %s", exc)
+            return False
+        return True
+
+    def _settle(self, committed: Mapping[TP, int], at_once: bool = False) -> None:
+        for topic, (topic_id, _) in self.described.items():
+            held = {p: o for (t, p), o in committed.items() if t == topic and o >= 0}
+            if held:
+                self._records.settle(topic, topic_id, held, at_once)
+
+
+def _delete(client: KazooClient, layout: GroupLayout, cursors: list[Cursor]) -> None:
+    """Delete cursors of another incarnation (each only if unchanged since read), and their
+    range directories if that empties them. Pipelined."""
+    deletes = [
+        client.delete_async(layout.cursor(c.slots, c.topic, c.partition), version=c.data_version)
+        for c in cursors
+        if c.data_version >= 0
+    ]
+    for result in deletes:
+        with contextlib.suppress(NoNodeError, BadVersionError):
+            result.get()
+    for slots in {c.slots for c in cursors}:
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            client.delete(layout.cursor_range(slots))
+    if cursors:
+        log.info("collected %d cursor(s) of another topic incarnation", len(cursors))

@@ -1,0 +1,67 @@
+"""The topic-incarnation rules (:mod:`coordinator.incarnations`), without servers."""
+
+from __future__ import annotations
+
+from coordinator.incarnations import (
+    SETTLE_AFTER_S,
+    Incarnation,
+    TopicRecord,
+    reconcile,
+    settled,
+    with_commit,
+)
+
+
+def test_a_first_record_adopts_the_cursors_written_before_stamps() -> None:
+    record, changes = reconcile(None, "id1", 3, {0: 10, 1: -1, 2: 7})
+    assert changes
+    assert record.accepts(0, Incarnation())  # unstamped: adopted
+    assert record.accepts(0, Incarnation("id1", 0))
+    assert record.committed == {0: (10,), 2: (7,)}
+    assert not record.added(2) and record.added(3)
+
+
+def test_a_recreated_topic_drops_every_cursor_of_the_old_one() -> None:
+    old, _ = reconcile(None, "id1", 3, {0: 10})
+    record, changes = reconcile(old, "id2", 3, {0: -1})
+    assert changes
+    assert not record.accepts(0, Incarnation())  # unstamped cursors are of the old one too
+    assert not record.accepts(0, Incarnation("id1", 0))
+    assert record.accepts(0, Incarnation("id2", 0))
+
+
+def test_the_groups_own_commit_is_never_taken_for_a_reset() -> None:
+    record = TopicRecord("id", committed={0: (10,)}, version=3)
+    named = with_commit(record, {0: 20}, held={0: 10}, now=0.0)
+    # Kafka holds either value, whether the commit landed or not (or its writer died).
+    for kafka in (10, 20):
+        again, changes = reconcile(named, "id", 1, {0: kafka})
+        assert not changes and again.accepts(0, Incarnation("id", 0))
+
+
+def test_an_offset_reset_while_stopped_drops_that_partitions_cursors_only() -> None:
+    record = TopicRecord("id", committed={0: (20, 10), 1: (5,)}, version=3)
+    after, changes = reconcile(record, "id", 2, {0: 0, 1: 5})
+    assert len(changes) == 1
+    assert not after.accepts(0, Incarnation("id", 0)) and after.accepts(0, Incarnation("id", 1))
+    assert after.accepts(1, Incarnation("id", 0))
+    assert after.committed[0] == (0,)
+    # Deleted offsets (kafka-consumer-groups --delete-offsets) are a reset too.
+    gone, changes = reconcile(record, "id", 2, {0: 20, 1: -1})
+    assert changes and gone.epochs == {1: 1} and 1 not in gone.committed
+
+
+def test_a_record_round_trips_through_json() -> None:
+    record = TopicRecord("id", "id", 4, {1: 2}, {0: (20, 10)}, version=7)
+    assert TopicRecord.from_json(record.to_json(), 7) == record
+
+
+def test_the_older_offset_is_forgotten_only_well_after_the_commit_was_named() -> None:
+    named = with_commit(TopicRecord("id", committed={0: (10,)}), {0: 20}, {0: 10}, now=100.0)
+    assert settled(named, {0: 20}, now=101.0).committed == {0: (20, 10)}
+    assert settled(named, {0: 20}, now=100.0 + SETTLE_AFTER_S).committed == {0: (20,)}
+    assert settled(named, {0: 20}, now=None).committed == {0: (20,)}  # the last member leaving
+    assert settled(named, {0: 10}, now=None).committed == {0: (20, 10)}  # not landed: keep both
+    # Once settled, a reset to the older offset shows.
+    _, changes = reconcile(settled(named, {0: 20}, now=None), "id", 1, {0: 10})
+    assert changes
