@@ -25,11 +25,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Decoded",
-    "commit_low_watermark",
     "cursors_for",
     "describe_claims",
     "idle",
-    "kafka_bases",
     "low_watermarks",
     "partitions_of",
     "stored_cursors",
@@ -84,41 +82,6 @@ def low_watermarks(cursors: Iterable[Cursor]) -> list[TopicPartition]:
         if low is not None and low >= 0 and all(p.start >= 0 for p in claims.pieces):
             offsets.append(TopicPartition(topic, partition, low))
     return offsets
-
-
-def commit_low_watermark(consumer: Any, cursors: Callable[[], list[Cursor]], wait: bool) -> bool:
-    """Commit the lowest resume point of all ranges per partition to Kafka, under the group
-    id, so that standard lag tools (and a switch back to partition mode) see progress.
-    False when there was nothing to commit yet or the commit could not be sent."""
-    try:
-        offsets = low_watermarks(cursors())
-    except Exception as exc:
-        log.debug("reading cursors for the low watermark failed: %s", exc)
-        return False
-    if not offsets:
-        return False
-    try:
-        consumer.commit(offsets=offsets, asynchronous=not wait)
-    except KafkaException as exc:
-        log.debug("committing the low watermark failed: %s", exc)
-        return False
-    return True
-
-
-def kafka_bases(consumer: Any, partitions: list[TP], reset: str, timeout: float) -> dict[TP, int]:
-    """Where slots without any cursor start: the group's committed offset in Kafka, else the
-    end of the partition that ``auto.offset.reset`` names."""
-    committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout)
-    bases: dict[TP, int] = {}
-    for tp in committed:
-        if tp.offset >= 0:
-            bases[(tp.topic, tp.partition)] = tp.offset
-            continue
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(tp.topic, tp.partition), timeout=timeout
-        )
-        bases[(tp.topic, tp.partition)] = high if reset in _RESET_TO_END else low
-    return bases
 
 
 def cursors_for(

@@ -37,12 +37,9 @@ class InFlightWindow(Generic[P]):
         released = w.complete(first)   # -> [entry for offset 1]
         w.safe_cursor              # -> 1
 
-    What it stores scales with what is *unfinished*: an entry per record in flight or waiting.
-    A finished record leaves nothing behind but its offset's absence from that set: the
-    finished offsets above the cursor are computed as runs (:meth:`finished_above_cursor`)
-    from the unfinished ones and the offsets never delivered (gaps). So one stuck record holds
-    back its own key and the committed offset, never the rest of the partition, and the memory
-    it pins is a few ints however many records finish behind it.
+    It stores an entry per *unfinished* record only; the finished offsets above the cursor are
+    computed as runs from the unfinished ones and the gaps (:meth:`finished_above_cursor`), so
+    a stuck record holds back its key and the committed offset, never the partition.
 
     :param start_offset: where consumption (re)starts; the cursor never goes below it.
     :param max_window: bound on the unfinished records held (in flight or waiting); at it the
