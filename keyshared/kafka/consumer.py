@@ -25,6 +25,7 @@ from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.dlq import DeadLetterWriter
 from keyshared.kafka.execution import RecordExecutor
+from keyshared.kafka.health_view import HealthView
 from keyshared.kafka.hotkeys_view import hot_keys_report
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.poll_loop import PollLoop
@@ -241,6 +242,7 @@ class KeySharedConsumer:
                 options.metrics_port,
                 options.metrics_host,
                 hotkeys=lambda: hot_keys_report(self._loop, redact=options.redact),
+                health=HealthView(self._loop, options, self._stop),
             )
             log.info("metrics at %s", self._metrics_server.url)
         self._started.set()
