@@ -210,6 +210,11 @@ class ConsumerMetrics:
         if timed_out:
             consumer.drain_timeouts.labels(*self._labels).inc()
 
+    def expect_dlq(self, dlq_topic: str) -> None:
+        """Create a DLQ topic's series at zero before its first dead letter, so the DLQ panels
+        and alerts of a healthy member read 0 instead of "no data"."""
+        self._touch_dlq(dlq_topic)
+
     def dlq_written(self, dlq_topic: str) -> None:
         """Count a DLQ write the broker acknowledged."""
         self._touch_dlq(dlq_topic)
