@@ -24,6 +24,7 @@ from rich.console import Console
 
 import keyshared
 from keyshared.dev.testing import create_topic, delete_topics, unique_name
+from keyshared.kafka.client_config import KEYED_PRODUCER
 
 __all__ = ["SparkReplayOutcome", "run_spark_replay_demo"]
 
@@ -123,7 +124,9 @@ def run_spark_replay_demo(
     create_topic(admin, dlq, 3)
     outcome = SparkReplayOutcome()
     try:
-        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, **KEYED_PRODUCER}
+        )
         for seq in range(1, _ORDERS_PER_CUSTOMER + 1):
             for c in range(_CUSTOMERS):
                 producer.produce(topic, key=b"customer-%d" % c, value=str(seq).encode())

@@ -176,9 +176,10 @@ class KeySharedConsumer:
         options = self.options
         metrics = ConsumerMetrics(self.group, self.member)
         metrics.set_workers(options.workers)
-        for topic in self.topics:
-            # Known DLQ topics start at zero; a pattern subscription's DLQs appear on use.
-            if not topic.startswith("^") and options.poison_for(topic).dead_letters:
+        for topic in (t for t in self.topics if not t.startswith("^")):
+            # Known topics' series start at zero; a pattern subscription's appear on use.
+            metrics.expect_topic(topic)
+            if options.poison_for(topic).dead_letters:
                 metrics.expect_dlq(options.dlq_topic_for(topic))
         scheduler = Scheduler()
         runner = self._make_runner(scheduler)

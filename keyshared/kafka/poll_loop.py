@@ -29,6 +29,7 @@ from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.kafka.positions import note_stale_positions, observe_positions
 from keyshared.kafka.seams import CursorStore, Membership, PollInbox
+from keyshared.kafka.split_keys import SplitKeyReport
 from keyshared.metrics import ConsumerMetrics
 from keyshared.settings import ConsumerOptions
 
@@ -85,6 +86,7 @@ class PollLoop:
         # the last sample, with the sample's time.
         self.last_iteration = time.monotonic()
         self.oldest_unfinished: tuple[tuple[StuckPartition, ...], float] = ((), 0.0)
+        self._split_keys = SplitKeyReport(metrics, options.redact)
 
     def _state_of(self, tp: TP) -> PartitionState | None:
         return self.states.get(tp)
@@ -194,6 +196,8 @@ class PollLoop:
 
     def sample_metrics(self) -> None:
         """Refresh the gauges (about once a second, never per record)."""
+        # First: whatever the gauges below show as admitted has been checked for split keys.
+        self._split_keys.drain(self._dispatcher.split_keys)
         for worker, depth in enumerate(self._worker_depths()):
             self._metrics.worker_queue_depth(worker, depth)
         now = time.monotonic()

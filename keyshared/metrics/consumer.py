@@ -210,6 +210,14 @@ class ConsumerMetrics:
         if timed_out:
             consumer.drain_timeouts.labels(*self._labels).inc()
 
+    def expect_topic(self, topic: str) -> None:
+        """Create a subscribed topic's member-level series at zero (split keys)."""
+        consumer.split_keys.labels(*self._labels, topic)
+
+    def keys_split(self, topic: str, count: int = 1) -> None:
+        """Count sampled keys of ``topic`` found in a second partition."""
+        consumer.split_keys.labels(*self._labels, topic).inc(count)
+
     def expect_dlq(self, dlq_topic: str) -> None:
         """Create a DLQ topic's series at zero before its first dead letter, so the DLQ panels
         and alerts of a healthy member read 0 instead of "no data"."""
