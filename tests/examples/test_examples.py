@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -105,6 +106,14 @@ def test_metrics_consumer_serves_prometheus_metrics_while_it_runs(kafka_bootstra
             )
         assert processed > 0, "no keyshared_records_processed_total was exported"
         assert "keyshared_handler_duration_seconds_bucket" in text
+        base = match.group(1).rsplit("/", 1)[0]
+        assert f"probes: {base}/healthz" in proc.stdout.readline()
+        for probe in ("/healthz", "/readyz"):
+            with urllib.request.urlopen(base + probe, timeout=5) as response:
+                assert response.status == 200
+                body = json.loads(response.read())
+            assert body["status"] == "ok", body
+        assert body["role"] == "member" and body["partitions"] == 3, body
         proc.terminate()  # SIGTERM: drain, commit, exit 0
         assert proc.wait(60) == 0
         assert "stopped after draining and committing" in proc.stdout.read()
