@@ -100,6 +100,7 @@ class Dispatcher:
         cache = self._worker_cache
         splits = self.split_keys
         split_mask = splits.mask
+        hash_of = hash  # a local: saves the builtins lookup per record
         ready: dict[int, list[Work]] = {}
         started = 0
         with self.lock:
@@ -117,7 +118,7 @@ class Dispatcher:
                 key = msg.key()
                 if key is not None:
                     # hash() is cached on the key object: the worker lookup below reuses it.
-                    key_hash = hash(key)
+                    key_hash = hash_of(key)
                     if not key_hash & split_mask:
                         splits.note(state.topic, state.partition, key_hash, key)
                 if not offset & _SAMPLE_MASK:
