@@ -248,12 +248,18 @@ class ConsumerMetrics:
         self._paused_partitions.set(n)
 
     def set_workers(self, n: int) -> None:
-        """Set the worker count; drops queue-depth series of workers that no longer exist."""
+        """Set the worker count; queue-depth series exist (at zero) for exactly those workers,
+        from the first scrape on."""
         self._workers_gauge.set(n)
         with self._lock:
             for worker in [w for w in self._workers if w >= n]:
                 del self._workers[worker]
                 consumer.worker_queue_depth.remove(*self._labels, str(worker))
+            for worker in range(n):
+                if worker not in self._workers:
+                    self._workers[worker] = consumer.worker_queue_depth.labels(
+                        *self._labels, str(worker)
+                    )
 
     def close(self) -> None:
         """Remove every series of this member, e.g. when a consumer stops in a long-lived process.

@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 import keyshared
+from keyshared.metrics.families import PARTITION_FAMILIES
 from tests.helpers import produce, wait_until
 from tests.kafka.support.inprocess import Recorder, running
 
@@ -24,6 +25,8 @@ from .dashboard import dashboard_queries, metric_names
 
 ALERTS = Path(__file__).parents[2] / "grafana" / "prometheus" / "keyshared-alerts.yml"
 COORDINATOR_ONLY = "keyshared_coordinator_"
+# Per-partition families have series only once a partition is assigned.
+PER_PARTITION = tuple(m.name for family in PARTITION_FAMILIES for m in family.describe())
 
 
 def _series(url: str, member: str) -> set[str]:
@@ -60,6 +63,10 @@ def test_a_fresh_member_exports_every_series_of_the_dashboard_and_alerts(
     assert len(wanted) > 20
     with running(consumer):
         url: Any = consumer.metrics_url
+        # The very first scrape, before any assignment: every member-level series is there.
+        member_level = {n for n in wanted if not n.startswith(PER_PARTITION)}
+        first = _series(url, "m1")
+        assert member_level <= first, f"missing at the first scrape: {member_level - first}"
         wait_until(lambda: recorder.finished() == 20, "every record processed")
         # Committed offset and lag are absent until Kafka told them (never a false 0): wait
         # for the first commit to be known, then one scrape must have everything.
