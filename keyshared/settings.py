@@ -59,6 +59,9 @@ class ConsumerOptions:
         messages and tracebacks in logs, DLQ error headers and blocked-key reasons. A raise
         shows ``<redaction failed>``, never the raw text. The dead letter's own key, value and
         headers are never changed (replay needs them byte for byte).
+    :param tracing: OpenTelemetry spans per handler call (the ``otel`` extra): ``True`` uses
+        the global TracerProvider, a TracerProvider uses that one, ``False`` (default) costs
+        nothing. Each span continues the trace in the record's ``traceparent`` header.
     """
 
     workers: int = 16
@@ -81,6 +84,7 @@ class ConsumerOptions:
     ack_timeout: float = 300.0
     stuck_after: float = 60.0
     redact: Redactor | None = None
+    tracing: Any = False  # bool or an opentelemetry TracerProvider (an optional dependency)
 
     def __post_init__(self) -> None:
         positive_ints = ("workers", "max_window", "per_worker_capacity")

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from keyshared.kafka.dispatcher import Dispatcher, Work
     from keyshared.kafka.dlq import DeadLetterWriter
     from keyshared.kafka.keystate import KeyStateStore
+    from keyshared.kafka.tracing import HandlerTracer
 
 __all__ = ["RecordExecutor"]
 
@@ -51,8 +52,10 @@ class RecordExecutor:
         call_later: Callable[[float, Callable[[], None]], None],
         dlq: DeadLetterWriter,
         keystate: KeyStateStore | None,
+        tracer: HandlerTracer | None = None,
     ) -> None:
         self._options = options
+        self._tracer = tracer  # told each failed attempt's fate; the handler is wrapped already
         self._handler = handler
         self._dispatcher = dispatcher
         self._call_later = call_later
@@ -155,6 +158,8 @@ class RecordExecutor:
         decision = decide(entry.attempt, exc, self._options.retry, self._rng)
         if isinstance(decision, Retry):
             state.metrics.retried.inc()
+            if self._tracer is not None:
+                self._tracer.retried(decision.delay)
             if log.isEnabledFor(logging.DEBUG):
                 redact = self._options.redact
                 log.debug("retrying %s in %.3fs after %s", describe(state, entry, redact),
@@ -172,6 +177,8 @@ class RecordExecutor:
         policy = self._options.poison_for(state.topic)
         if policy is PoisonPolicy.PARK and not entry.ordered:
             policy = PoisonPolicy.DEAD_LETTER  # an unordered record has no tail to park
+        if self._tracer is not None:
+            self._tracer.poisoned(policy.value, reason)
         where = describe(state, entry, self._options.redact)
         shown = shown_error(exc, self._options.redact)
         if policy is PoisonPolicy.DROP:
