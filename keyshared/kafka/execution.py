@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from keyshared.core.poison import DeserializationError, PoisonPolicy, Retry, decide
 from keyshared.core.redaction import REDACTION_INPUT_LIMIT, Redactor, shown_error, shown_key
 from keyshared.core.window import Entry
+from keyshared.kafka.deserializers import decoder
 from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.kafka.settlement import LoopSettlement, SettlementBuffer, account
 from keyshared.record import Record
@@ -56,6 +57,8 @@ class RecordExecutor:
     ) -> None:
         self._options = options
         self._tracer = tracer  # told each failed attempt's fate; the handler is wrapped already
+        self._decode_key = decoder(options.key_deserializer, "key")
+        self._decode_value = decoder(options.value_deserializer, "value")
         self._handler = handler
         self._dispatcher = dispatcher
         self._call_later = call_later
@@ -114,17 +117,16 @@ class RecordExecutor:
             self._dead_letter(state, entry, None, "parked", self._finish_parked_tail)
             return None
         msg = entry.payload
-        options = self._options
         raw_key = msg.key()
         try:
-            key = raw_key if options.key_deserializer is None else options.key_deserializer(raw_key)
+            key = raw_key if self._decode_key is None else self._decode_key(raw_key, msg)
         except Exception as exc:
             self._terminal(state, entry, DeserializationError("key", exc), "deserialization")
             return None
         try:
             value = msg.value()
-            if options.value_deserializer is not None:
-                value = options.value_deserializer(value)
+            if self._decode_value is not None:
+                value = self._decode_value(value, msg)
         except Exception as exc:
             self._terminal(state, entry, DeserializationError("value", exc), "deserialization")
             return None
