@@ -132,7 +132,7 @@ def test_each_attempt_is_a_consumer_span_under_the_producers_trace_and_the_dlq_k
     assert kept == dict(bad_headers), "the dead letter keeps the trace headers byte for byte"
 
 
-def test_an_async_handler_runs_inside_its_span(
+def test_an_async_handler_runs_inside_its_span_and_its_retry_is_an_event(
     kafka_bootstrap: str, new_topic: TopicFactory, new_group: Callable[[str], str],
     start: Callable[..., Running], sink: SpanSink,
 ) -> None:  # fmt: skip
@@ -145,13 +145,18 @@ def test_an_async_handler_runs_inside_its_span(
     async def handle(record: Record) -> None:
         await asyncio.sleep(0)
         seen.append(trace.get_current_span().get_span_context())
+        if record.attempt == 1:
+            raise TimeoutError("downstream slow")
         done.set()
 
     start(new_group("traced-async"), topic, handle, tracing=sink.provider)
     assert done.wait(WAIT)
-    [span] = sink.wait_for(processing(topic), 1)
-    assert seen == [span.context], "the handler's current span is its process span"
-    assert span.parent is not None and span.parent.span_id == parent.span_id
+    first, second = sorted(sink.wait_for(processing(topic), 2), key=lambda s: s.start_time)
+    assert seen == [first.context, second.context], "the current span is the attempt's own"
+    for span in (first, second):
+        assert span.parent is not None and span.parent.span_id == parent.span_id
+    assert [e.name for e in first.events] == ["exception", RETRY_EVENT]
+    assert second.status.is_ok and not second.events
 
 
 def test_a_record_without_trace_headers_starts_a_new_trace(
