@@ -44,3 +44,15 @@ def test_tracing_without_the_extra_says_how_to_install_it(monkeypatch: Any) -> N
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # import fails as if not installed
     with pytest.raises(keyshared.ConfigurationError, match=r"'tracing'.*keyshared\[otel\]"):
         keyshared.KeySharedConsumer(CONFIG, ["t"], handle, tracing=True)
+
+
+def test_record_context_gives_the_pull_style_its_producers_trace() -> None:
+    from opentelemetry import trace
+
+    from keyshared.kafka.tracing import record_context
+
+    traceparent = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    record = keyshared.Record(b"k", b"v", "t", 0, 1, (("traceparent", traceparent),), None, 1)
+    parent = trace.get_current_span(record_context(record)).get_span_context()
+    assert (parent.trace_id, parent.span_id) == (0x0AF7651916CD43DD8448EB211C80319C,
+                                                 0xB7AD6B7169203331)  # fmt: skip
