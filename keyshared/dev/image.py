@@ -94,20 +94,20 @@ def default_image_cache() -> Path:
     return user_cache_dir(IMAGE_CACHE_ENV, "images")
 
 
-def debian_release() -> str:
-    """This machine's Debian codename (`bookworm`), from /etc/os-release.
+def debian_release(os_release: Path = Path("/etc/os-release")) -> str:
+    """This machine's Debian codename (`bookworm`): the image runs the JRE the host tests with.
 
     :raises ImageBuildError: not a Debian-like system (debootstrap needs a codename).
     """
     try:
-        text = Path("/etc/os-release").read_text()
+        text = os_release.read_text()
     except OSError as exc:
-        raise ImageBuildError(f"cannot read /etc/os-release: {exc}") from exc
+        raise ImageBuildError(f"cannot read {os_release}: {exc}") from exc
     for line in text.splitlines():
         key, _, value = line.partition("=")
         if key == "VERSION_CODENAME" and value.strip('"'):
             return value.strip('"')
-    raise ImageBuildError("/etc/os-release names no VERSION_CODENAME; set one to debootstrap")
+    raise ImageBuildError(f"{os_release} names no VERSION_CODENAME; debootstrap needs one")
 
 
 def image_tag() -> str:

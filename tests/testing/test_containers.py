@@ -22,9 +22,10 @@ from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
 from coordinator import ZooKeeperCoordinator
+from keyshared.dev import BOOTSTRAP_ENV, ZOOKEEPER_ENV
 from keyshared.dev.image import image_tag
 from keyshared.dev.testing import create_topic, delete_topics, unique_name
-from keyshared.testing import KafkaCluster, docker_client, kafka_cluster
+from keyshared.testing import BACKEND_ENV, KafkaCluster, docker_client, kafka_cluster
 from keyshared.testing.containers import CONTAINER_LABEL
 from tests.kafka.support.journal import (
     check,
@@ -37,6 +38,7 @@ from tests.kafka.support.journal import (
     terminate,
     wait_for,
 )
+from tests.testing.user_suite import run_user_suite
 
 pytestmark = pytest.mark.integration
 
@@ -138,3 +140,13 @@ def test_order_and_completeness_in_key_shared_mode_against_the_containers(
     assert not report.missing and not report.violations, report.summary()
     assert report.duplicates == 0, f"duplicates without a crash: {report.duplicate_ids[:5]}"
     assert len({e.pid for e in events}) == 2, "both members processed records"
+
+
+def test_auto_chooses_the_containers_for_a_users_handler_test(
+    containers: KafkaCluster, tmp_path: Path
+) -> None:
+    """With an engine and the image, ``auto`` starts containers of its own for the user's suite."""
+    env = {BACKEND_ENV: "auto", BOOTSTRAP_ENV: "", ZOOKEEPER_ENV: ""}
+    result = run_user_suite(tmp_path, "containers", env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "1 passed" in result.stdout
