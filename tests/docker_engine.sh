@@ -43,12 +43,19 @@ stop)
   kill -TERM "$pid" 2>/dev/null || true
   # dockerd removes its pid file as it exits: that is the event to wait for.
   for _ in $(seq 300); do
-    [[ -f "$pidfile" ]] || exit 0
+    [[ -f "$pidfile" ]] || break
     sleep 0.1
   done
-  echo "dockerd (pid $pid) did not stop in 30 s; killing it" >&2
-  kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$pidfile"
+  if [[ -f "$pidfile" ]]; then
+    echo "dockerd (pid $pid) did not stop in 30 s; killing it" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$pidfile"
+  fi
+  # dockerd leaves its network namespace mount (exec/netns/default) behind; without this the
+  # folder cannot be removed.
+  { findmnt -rn -o TARGET | grep -F "$dir/" || true; } | sort -r | while read -r target; do
+    umount "$target" 2>/dev/null || umount -l "$target" || true
+  done
   ;;
 *)
   echo "usage: docker_engine.sh start|stop DIR" >&2

@@ -46,7 +46,7 @@ mypy
 # the cached root file system (~15 s) or from nothing (debootstrap, ~70 s); docs/local-cluster.md.
 if [[ $(id -u) == 0 && -z "${KEYSHARED_NO_DOCKER:-}" ]]; then
   engine_dir=$(mktemp -d /tmp/keyshared-docker.XXXXXX)
-  trap 'bash tests/docker_engine.sh stop "$engine_dir"' EXIT
+  trap 'bash tests/docker_engine.sh stop "$engine_dir"; rm -rf "$engine_dir"' EXIT
   echo "== starting a Docker engine in ${engine_dir}"
   eval "$(bash tests/docker_engine.sh start "$engine_dir")"
   export DOCKER_HOST KEYSHARED_REQUIRE_DOCKER=1
