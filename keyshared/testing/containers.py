@@ -171,8 +171,12 @@ def _await(
 
 
 def _tail(container: Any, files: ServerFiles) -> str:
-    """The last lines of the server's log in the container, else of its console output."""
-    text = ""
+    """The last lines of the server's log in the container, else of its console output.
+
+    A container that has exited cannot run `tail`; its console (`docker logs`) still has what
+    the JVM printed before the log existed (a bad flag, a missing class).
+    """
+    source, text = f"{files.log_file} (in the container)", ""
     with contextlib.suppress(Exception):
         result = container.get_wrapped_container().exec_run(
             ["tail", "-n", str(_LOG_TAIL_LINES), str(files.log_file)]
@@ -180,6 +184,7 @@ def _tail(container: Any, files: ServerFiles) -> str:
         if result.exit_code == 0:
             text = result.output.decode(errors="replace")
     if not text.strip():
+        source = "the container's console"
         with contextlib.suppress(Exception):
             stdout, stderr = container.get_logs()
             text = (stdout + stderr).decode(errors="replace")
@@ -187,4 +192,4 @@ def _tail(container: Any, files: ServerFiles) -> str:
     if not lines:
         return ""
     shown = "\n".join(f"    {line}" for line in lines)
-    return f"\n  last lines of {files.log_file} (in the container):\n{shown}"
+    return f"\n  last lines of {source}:\n{shown}"

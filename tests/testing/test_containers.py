@@ -23,10 +23,11 @@ from kazoo.client import KazooClient
 
 from coordinator import ZooKeeperCoordinator
 from keyshared.dev import BOOTSTRAP_ENV, ZOOKEEPER_ENV
-from keyshared.dev.image import image_tag
+from keyshared.dev.errors import StartupError
+from keyshared.dev.image import base_tag, debian_release, image_tag
 from keyshared.dev.testing import create_topic, delete_topics, unique_name
 from keyshared.testing import BACKEND_ENV, KafkaCluster, docker_client, kafka_cluster
-from keyshared.testing.containers import CONTAINER_LABEL
+from keyshared.testing.containers import CONTAINER_LABEL, container_servers
 from tests.kafka.support.journal import (
     check,
     count_finished,
@@ -150,3 +151,20 @@ def test_auto_chooses_the_containers_for_a_users_handler_test(
     result = run_user_suite(tmp_path, "containers", env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "1 passed" in result.stdout
+
+
+def test_a_server_that_exits_fails_the_start_with_its_output(containers: KafkaCluster) -> None:
+    """The base image has a JRE but no jars: the start fails fast, quoting the JVM's error."""
+    client = docker_client()
+    assert client is not None
+    try:
+        with (
+            pytest.raises(StartupError, match="exited during startup") as failure,
+            container_servers(client, base_tag(debian_release()), start_timeout=30),
+        ):
+            pass
+        left = client.containers.list(all=True, filters={"label": CONTAINER_LABEL})
+    finally:
+        client.close()
+    assert "Could not find or load main class" in str(failure.value)
+    assert len(left) == 2, "only this module's own two containers remain"
