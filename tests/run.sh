@@ -43,7 +43,7 @@ mypy
 
 # A private engine (no default bridge: host networking on 127.0.0.1 only) for the container
 # tests, stopped on every exit. Needs root; elsewhere those tests skip. The image is built from
-# the cached root file system (~15 s) or from nothing (debootstrap, ~70 s); docs/local-cluster.md.
+# the cached root file system (5-9 s) or from nothing (debootstrap, 65-70 s); docs/local-cluster.md.
 if [[ $(id -u) == 0 && -z "${KEYSHARED_NO_DOCKER:-}" ]]; then
   engine_dir=$(mktemp -d /tmp/keyshared-docker.XXXXXX)
   trap 'bash tests/docker_engine.sh stop "$engine_dir"; rm -rf "$engine_dir"' EXIT
