@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
+from keyshared.demo.clientlog import CLIENT_LOG
+
 __all__ = ["Order", "OrderWorkload", "ProducedSet", "customer_key"]
 
 HOT_CUSTOMERS = 3
@@ -95,7 +97,12 @@ class OrderWorkload:
     def produce(self, bootstrap: str, topic: str) -> ProducedSet:
         """Produce every order, idempotently (no reordering on retries); wait for the acks."""
         producer = Producer(
-            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10}
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 10,
+                "logger": CLIENT_LOG,
+            }
         )
         for count, order in enumerate(self.orders(), start=1):
             producer.produce(
