@@ -7,6 +7,7 @@ construction that names the property, never a silent override.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,8 @@ from keyshared.errors import ConfigurationError
 
 __all__ = ["MODES", "ConsumerOptions", "build_kafka_config"]
 
-Deserializer = Callable[[bytes | None], Any]
+# bytes -> object, or a confluent_kafka.serialization.Deserializer (called with its context)
+Deserializer = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class ConsumerOptions:
     :param poison_by_topic: per-topic overrides of ``poison``.
     :param dlq_topic: DLQ topic; ``{topic}`` is replaced by the source topic.
     :param key_deserializer: applied on the worker; a raise takes the poison path, no retry.
+        A ``bytes -> object`` callable, or a confluent-kafka ``Deserializer`` (such as
+        ``AvroDeserializer(schema_registry_client)``), called with its ``SerializationContext``.
     :param value_deserializer: as ``key_deserializer``, for values.
     :param metrics_port: serve Prometheus metrics on this port (0 picks one); None: off.
     :param metrics_host: address of the metrics endpoint; loopback unless set for containers.
@@ -59,6 +63,9 @@ class ConsumerOptions:
         messages and tracebacks in logs, DLQ error headers and blocked-key reasons. A raise
         shows ``<redaction failed>``, never the raw text. The dead letter's own key, value and
         headers are never changed (replay needs them byte for byte).
+    :param tracing: OpenTelemetry spans per handler call (the ``otel`` extra): ``True`` uses
+        the global TracerProvider, a TracerProvider uses that one, ``False`` (default) costs
+        nothing. Each span continues the trace in the record's ``traceparent`` header.
     """
 
     workers: int = 16
@@ -81,6 +88,7 @@ class ConsumerOptions:
     ack_timeout: float = 300.0
     stuck_after: float = 60.0
     redact: Redactor | None = None
+    tracing: Any = False  # bool or an opentelemetry TracerProvider (an optional dependency)
 
     def __post_init__(self) -> None:
         positive_ints = ("workers", "max_window", "per_worker_capacity")
@@ -131,6 +139,18 @@ class ConsumerOptions:
             raise ConfigurationError(
                 "redact", f"must be a callable taking and returning a str, got {self.redact!r}"
             )
+        for name in ("key_deserializer", "value_deserializer"):
+            deserializer = getattr(self, name)
+            if deserializer is not None and not callable(deserializer):
+                raise ConfigurationError(
+                    name, f"must be callable (or a confluent-kafka Deserializer): {deserializer!r}"
+                )
+            call = getattr(deserializer, "__call__", None)  # noqa: B004
+            if inspect.iscoroutinefunction(deserializer) or inspect.iscoroutinefunction(call):
+                raise ConfigurationError(
+                    name, "asynchronous deserializers are not supported: use the synchronous one "
+                    "(AvroDeserializer, not AsyncAvroDeserializer)",
+                )  # fmt: skip
         if not self.dlq_topic:
             raise ConfigurationError("dlq_topic", "must not be empty")
         for pattern in self.key_filters:

@@ -32,6 +32,7 @@ from keyshared.kafka.pull import PullQueue
 from keyshared.kafka.scheduler import Scheduler
 from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox, Runner
 from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
+from keyshared.kafka.tracing import handler_tracer
 from keyshared.kafka.workers import AsyncRunner, ThreadWorkers
 from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
 from keyshared.record import Record
@@ -119,11 +120,14 @@ class KeySharedConsumer:
             raise ConfigurationError("topics", "must be a non-empty list of topic names")
         if handler is not None and not callable(handler):
             raise ConfigurationError("handler", f"must be callable, got {handler!r}")
-        self._handler = handler
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)  # noqa: B004
         )
         self.group = str(self._config["group.id"])
+        self._tracer = handler_tracer(options.tracing, self.group, options.redact)
+        if self._tracer is not None and handler is not None:
+            handler = self._tracer.wrap(handler, self._is_async)
+        self._handler = handler
         self.member = str(
             self._config.get("client.id")
             or f"{socket.gethostname()}-{os.getpid()}-{next(_member_seq)}"
@@ -199,8 +203,9 @@ class KeySharedConsumer:
             options, runner.count, runner.submit, on_draining=runner.on_draining
         )
         executor = RecordExecutor(
-            options, self._handler, self._dispatcher, scheduler.call_later, dlq, self._keystate
-        )
+            options, self._handler, self._dispatcher, scheduler.call_later, dlq, self._keystate,
+            self._tracer,
+        )  # fmt: skip
         runner.bind(executor)
         consumer = self._consumer
         inbox = PollInbox()
