@@ -15,13 +15,15 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from keyshared.core.poison import PoisonPolicy
 from keyshared.core.redaction import shown_key
 from keyshared.errors import ConfigurationError, KeySharedError
+from keyshared.kafka.batch_workers import BatchAsyncRunner, BatchThreadWorkers
+from keyshared.kafka.batches import BatchHandler
 from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.dlq import DeadLetterWriter
 from keyshared.kafka.execution import RecordExecutor
@@ -63,6 +65,9 @@ class KeySharedConsumer:
     :param topics: topics to subscribe to.
     :param handler: called with each :class:`keyshared.Record`; a plain function runs on a
         worker thread, an ``async def`` function on an event loop. Raising means failure.
+        With ``batch_size=N`` it is called with a ``list[Record]`` of up to N records instead
+        (never two of one key); raising :class:`keyshared.BatchError` fails only the records
+        it names, any other exception fails the whole batch.
         ``None`` selects the pull style: iterate :meth:`records`, then :meth:`ack`/:meth:`nack`.
     :param coordinator: a ``coordinator.ZooKeeperCoordinator``: required by ``key_shared``
         mode (members split the slot space), optional in ``partition`` mode (partition leases:
@@ -119,6 +124,10 @@ class KeySharedConsumer:
             raise ConfigurationError("topics", "must be a non-empty list of topic names")
         if handler is not None and not callable(handler):
             raise ConfigurationError("handler", f"must be callable, got {handler!r}")
+        if handler is None and options.batch_size is not None:
+            raise ConfigurationError(
+                "batch_size", "is for batch handlers; pull style (handler=None) takes one by one"
+            )
         self._handler = handler
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)  # noqa: B004
@@ -268,6 +277,10 @@ class KeySharedConsumer:
         if self._handler is None:
             self._pull = PullQueue(options.workers, options.ack_timeout, scheduler.call_later)
             return self._pull
+        if options.batch_size is not None:
+            batched = BatchAsyncRunner if self._is_async else BatchThreadWorkers
+            handler = cast(BatchHandler, self._handler)  # batch_size says it takes lists
+            return batched(options.workers, handler, options.batch_size, options.batch_linger)
         if self._is_async:
             return AsyncRunner(options.workers)
         return ThreadWorkers(options.workers)
