@@ -161,6 +161,20 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     help="Seconds to wait for the broker before failing with a clear error.",
 )
 @click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Call the handler with a list of up to N records (never two of one key) instead of "
+    "one record; raising keyshared.BatchError fails only the records it names.",
+)
+@click.option(
+    "--batch-linger",
+    type=click.FloatRange(min=0.0),
+    default=_DEFAULTS.batch_linger,
+    help="With --batch-size: seconds a worker waits for a short batch to fill (0: never waits; "
+    "under load batches fill while the previous one runs).",
+)
+@click.option(
     "-X",
     "properties",
     multiple=True,
@@ -190,14 +204,17 @@ def run(
     drain_timeout: float,
     commit_interval: float,
     startup_timeout: float,
+    batch_size: int | None,
+    batch_linger: float,
     properties: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Consume TOPIC with the handler MODULE:FUNC, in parallel per key, in order per key.
 
-    The handler gets a keyshared.Record and may be a plain or an async function; raising
-    means failure (retried, then the --poison policy applies). On SIGINT/SIGTERM the consumer
-    stops fetching, drains what is in flight, commits and exits; a second signal exits at once.
+    The handler gets a keyshared.Record (with --batch-size, a list of them) and may be a plain
+    or an async function; raising means failure (retried, then the --poison policy applies).
+    On SIGINT/SIGTERM the consumer stops fetching, drains what is in flight, commits and
+    exits; a second signal exits at once.
 
     Example: keyshared run myapp:handle -g orders -t orders --workers 64 --poison park
     """
@@ -265,6 +282,8 @@ def run(
             drain_timeout=drain_timeout,
             commit_interval=commit_interval,
             startup_timeout=startup_timeout,
+            batch_size=batch_size,
+            batch_linger=batch_linger,
         )
     except KeySharedError as exc:
         raise click.UsageError(str(exc)) from None
