@@ -81,7 +81,7 @@ class KeySharedConsumer:
         self,
         config: Mapping[str, Any],
         topics: Iterable[str],
-        handler: Callable[[Record], Any] | None,
+        handler: Callable[[Record], Any] | BatchHandler | None,
         *,
         coordinator: Coordination | None = None,
         options: ConsumerOptions | None = None,
@@ -208,7 +208,12 @@ class KeySharedConsumer:
             options, runner.count, runner.submit, on_draining=runner.on_draining
         )
         executor = RecordExecutor(
-            options, self._handler, self._dispatcher, scheduler.call_later, dlq, self._keystate
+            options,
+            None if options.batch_size else cast(Callable[[Record], Any], self._handler),
+            self._dispatcher,
+            scheduler.call_later,
+            dlq,
+            self._keystate,
         )
         runner.bind(executor)
         consumer = self._consumer

@@ -147,9 +147,13 @@ def test_any_other_exception_fails_the_whole_batch(
             raise ConnectionError("database unavailable")
 
     consumer = keyshared.KeySharedConsumer(
-        _config(kafka_bootstrap, group), [topic], handle, workers=1, batch_size=50,
+        _config(kafka_bootstrap, group),
+        [topic],
+        handle,
+        workers=1,
+        batch_size=50,
         retry=FAST_RETRY,
-    )  # fmt: skip
+    )
     with running(consumer):
         wait_committed_to_end(kafka_bootstrap, group, topic)
     [first_batch] = failed_once
