@@ -46,7 +46,7 @@ SHAPE_RATIOS = {
 HEADLINE_RATIOS = {"io": {"keyshared_vs_serial", "ring_balance"}, "io_work": set()}
 EXPECTED_GOALS = {
     "batch": {"batch_noop_vs_raw", "sqlite_batch_vs_per_record"},
-    "stuck": {"finished_during_stall_fraction", "rss_growth_mib", "redo_fraction_after_kill"}
+    "stuck": {"finished_during_stall_fraction", "rss_growth_mib", "redo_fraction_after_kill"},
 }
 COUNTS = {"keyshared_ownership_overlaps", "plain_ownership_overlaps"}  # must be 0, not > 0
 
