@@ -162,11 +162,13 @@ class BatchAsyncRunner(AsyncRunner):
     def _fill(self) -> None:
         """Give arrivals to lingering workers first (their batches want them), else hand a
         batch to each idle worker, then start workers up to the bound."""
-        if self._lingering:
-            lingering, self._lingering = self._lingering, []
+        # A lingering worker whose time ran out has its future resolved already: only the
+        # ones still waiting can take these records (else they would wait for the next submit).
+        lingering = [wake for wake in self._lingering if not wake.done()]
+        self._lingering = []
+        if lingering:
             for wake in lingering:
-                if not wake.done():
-                    wake.set_result(None)
+                wake.set_result(None)
             return
         waiting, idle, size = self._waiting, self._idle, self._size
         while waiting and idle:

@@ -197,7 +197,7 @@ def test_async_batch_handler_keeps_per_key_order(
 def _linger_batches(
     bootstrap: str, topic: str, group: str, handler_is_async: bool
 ) -> list[list[tuple[bytes, int, int]]]:
-    """A warm-up record, then A and, 0.3 s later, B: the batches the handler received."""
+    """A warm-up record, then A and, 0.3 s later, B, then C alone: the first two batches."""
     seen = Batches()
 
     def handle(batch: list[keyshared.Record]) -> None:
@@ -221,7 +221,10 @@ def _linger_batches(
         time.sleep(0.3)  # the gap the linger must bridge
         produce(bootstrap, topic, [(b"B", 1)])
         wait_for(lambda: seen.count() >= 3, WAIT, "A and B")
-    return seen.calls
+        # A record arriving after a linger ran out is not left waiting for the next one.
+        produce(bootstrap, topic, [(b"C", 1)])
+        wait_for(lambda: seen.count() >= 4, 15, "C, alone after a linger ran out")
+    return seen.calls[:2]
 
 
 def test_linger_waits_for_a_short_batch_to_fill(kafka_bootstrap: str, new_topic, new_group) -> None:
