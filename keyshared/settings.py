@@ -66,6 +66,13 @@ class ConsumerOptions:
     :param tracing: OpenTelemetry spans per handler call (the ``otel`` extra): ``True`` uses
         the global TracerProvider, a TracerProvider uses that one, ``False`` (default) costs
         nothing. Each span continues the trace in the record's ``traceparent`` header.
+    :param batch_size: hand the handler a ``list[Record]`` of up to this many records instead
+        of one record (None: one record per call). A batch holds only records that may run
+        now, so never two of one ordered key; per-key order is the same as for single records.
+        A handler raising :class:`keyshared.BatchError` fails only the records it names.
+    :param batch_linger: seconds a worker with fewer than ``batch_size`` records waits for
+        more before calling the handler. 0 (the default) adds no latency: under load records
+        queue while the previous batch runs, so batches fill by themselves.
     """
 
     workers: int = 16
@@ -89,6 +96,8 @@ class ConsumerOptions:
     stuck_after: float = 60.0
     redact: Redactor | None = None
     tracing: Any = False  # bool or an opentelemetry TracerProvider (an optional dependency)
+    batch_size: int | None = None
+    batch_linger: float = 0.0
 
     def __post_init__(self) -> None:
         positive_ints = ("workers", "max_window", "per_worker_capacity")
@@ -115,6 +124,7 @@ class ConsumerOptions:
                 raise ConfigurationError(
                     name, f"must be a positive, finite number of seconds, got {value!r}"
                 )
+        self._check_batching()
         if self.mode not in MODES:
             raise ConfigurationError(
                 "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}"
@@ -158,6 +168,26 @@ class ConsumerOptions:
                 raise ConfigurationError(
                     "key_filters", f"patterns must be non-empty strings: {pattern!r}"
                 )
+
+    def _check_batching(self) -> None:
+        size, linger = self.batch_size, self.batch_linger
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+            raise ConfigurationError(
+                "batch_size", f"must be a positive integer or None, got {size!r}"
+            )
+        if (
+            not isinstance(linger, (int, float))
+            or isinstance(linger, bool)
+            or not math.isfinite(linger)
+            or linger < 0
+        ):
+            raise ConfigurationError(
+                "batch_linger", f"must be a finite number of seconds >= 0, got {linger!r}"
+            )
+        if linger and size is None:
+            raise ConfigurationError(
+                "batch_linger", "only applies to batch handlers: set batch_size as well"
+            )
 
     def _policy(self, option: str, value: PoisonPolicy | str) -> PoisonPolicy:
         try:

@@ -178,6 +178,20 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     "extra; configure the SDK in the handler module or run under opentelemetry-instrument).",
 )
 @click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Call the handler with a list of up to N records (never two of one key) instead of "
+    "one record; raising keyshared.BatchError fails only the records it names.",
+)
+@click.option(
+    "--batch-linger",
+    type=click.FloatRange(min=0.0),
+    default=_DEFAULTS.batch_linger,
+    help="With --batch-size: seconds a worker waits for a short batch to fill (0: never waits; "
+    "under load batches fill while the previous one runs).",
+)
+@click.option(
     "-X",
     "properties",
     multiple=True,
@@ -210,14 +224,17 @@ def run(
     key_deserializer: str | None,
     value_deserializer: str | None,
     tracing: bool,
+    batch_size: int | None,
+    batch_linger: float,
     properties: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Consume TOPIC with the handler MODULE:FUNC, in parallel per key, in order per key.
 
-    The handler gets a keyshared.Record and may be a plain or an async function; raising
-    means failure (retried, then the --poison policy applies). On SIGINT/SIGTERM the consumer
-    stops fetching, drains what is in flight, commits and exits; a second signal exits at once.
+    The handler gets a keyshared.Record (with --batch-size, a list of them) and may be a plain
+    or an async function; raising means failure (retried, then the --poison policy applies).
+    On SIGINT/SIGTERM the consumer stops fetching, drains what is in flight, commits and
+    exits; a second signal exits at once.
 
     Example: keyshared run myapp:handle -g orders -t orders --workers 64 --poison park
     """
@@ -293,6 +310,8 @@ def run(
             key_deserializer=deserializers[0],
             value_deserializer=deserializers[1],
             tracing=tracing,
+            batch_size=batch_size,
+            batch_linger=batch_linger,
         )
     except KeySharedError as exc:
         raise click.UsageError(str(exc)) from None
