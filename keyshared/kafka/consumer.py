@@ -129,19 +129,16 @@ class KeySharedConsumer:
             raise ConfigurationError(
                 "batch_size", "is for batch handlers; pull style (handler=None) takes one by one"
             )
-        if options.batch_size is not None and options.tracing is not False:
-            raise ConfigurationError(
-                "tracing",
-                "spans are per record; a batch handler is not traced yet (call "
-                "keyshared.kafka.tracing.record_context(record) inside it to continue each trace)",
-            )
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)  # noqa: B004
         )
         self.group = str(self._config["group.id"])
         self._tracer = handler_tracer(options.tracing, self.group, options.redact)
-        if self._tracer is not None and handler is not None:  # never a batch handler (above)
-            handler = self._tracer.wrap(cast(Callable[[Record], Any], handler), self._is_async)
+        if self._tracer is not None and handler is not None:
+            if options.batch_size is not None:
+                handler = self._tracer.wrap_batch(cast(BatchHandler, handler), self._is_async)
+            else:
+                handler = self._tracer.wrap(cast(Callable[[Record], Any], handler), self._is_async)
         self._handler = handler
         self.member = str(
             self._config.get("client.id")

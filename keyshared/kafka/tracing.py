@@ -51,6 +51,7 @@ OFFSET = "messaging.kafka.offset"
 CONSUMER_GROUP = "messaging.consumer.group.name"
 MESSAGE_KEY = "messaging.kafka.message.key"
 TOMBSTONE = "messaging.kafka.message.tombstone"
+BATCH_COUNT = "messaging.batch.message_count"
 # keyshared's own.
 ATTEMPT = "keyshared.attempt"
 RETRY_EVENT = "keyshared.retry"
@@ -171,6 +172,51 @@ class HandlerTracer:
 
         return traced
 
+    def wrap_batch(
+        self, handler: Callable[[list[Record]], Any], is_async: bool
+    ) -> Callable[[list[Record]], Any]:
+        """A batch handler with one span per call, linked to each record's producer span.
+
+        A batch has many parents, so, as OpenTelemetry's messaging conventions do for batch
+        processing, its span starts a trace of its own and carries a link to each record's
+        producer context instead of a parent. A failure is recorded on the span, which ends
+        with the call: what happens next is decided record by record (retries come back in
+        other batches, each with its own span).
+        """
+        from opentelemetry import trace
+
+        use_span = trace.use_span
+
+        if is_async:
+
+            @functools.wraps(handler)
+            async def traced_async(records: list[Record]) -> Any:
+                span = self._start_batch(records)
+                with use_span(span, record_exception=False, set_status_on_exception=False):
+                    try:
+                        return await handler(records)
+                    except BaseException as exc:
+                        self._raised(span, exc, keep_open=False)
+                        raise
+                    finally:
+                        span.end()
+
+            return traced_async
+
+        @functools.wraps(handler)
+        def traced(records: list[Record]) -> Any:
+            span = self._start_batch(records)
+            with use_span(span, record_exception=False, set_status_on_exception=False):
+                try:
+                    return handler(records)
+                except BaseException as exc:
+                    self._raised(span, exc, keep_open=False)
+                    raise
+                finally:
+                    span.end()
+
+        return traced
+
     def retried(self, delay: float) -> None:
         """The attempt that just failed will be retried after ``delay`` seconds."""
         self._settle(RETRY_EVENT, {RETRY_DELAY: delay})
@@ -203,6 +249,39 @@ class HandlerTracer:
             f"process {record.topic}", context=parent, kind=self._kind, attributes=attributes
         )
 
+    def _start_batch(self, records: list[Record]) -> Any:
+        from opentelemetry import propagate, trace
+        from opentelemetry.context import Context
+
+        getter = _getter()
+        links = []
+        for record in records:
+            if record.headers:
+                context = trace.get_current_span(
+                    propagate.extract(record.headers, getter=getter)
+                ).get_span_context()
+                if context.is_valid:
+                    links.append(trace.Link(context, {OFFSET: record.offset}))
+        topics = {record.topic for record in records}
+        attributes: dict[str, Any] = {
+            SYSTEM: "kafka",
+            OPERATION_NAME: "process",
+            OPERATION_TYPE: "process",
+            CONSUMER_GROUP: self._group,
+            BATCH_COUNT: len(records),
+        }
+        topic = topics.pop() if len(topics) == 1 else None
+        if topic is not None:
+            attributes[DESTINATION] = topic
+        # A new root: the batch's producers are links, not parents (an empty context).
+        return self._tracer.start_span(
+            f"process {topic}" if topic is not None else "process",
+            context=Context(),
+            kind=self._kind,
+            attributes=attributes,
+            links=links,
+        )
+
     def _key(self, raw_key: bytes) -> str:
         """The key as text (UTF-8, bad bytes escaped), cut to a preview, then redacted."""
         text = raw_key[:KEY_PREVIEW].decode("utf-8", "backslashreplace")
@@ -210,8 +289,8 @@ class HandlerTracer:
             text += "..."
         return redacted(text, self._redact)
 
-    def _raised(self, span: Any, exc: BaseException) -> None:
-        """Record the error on the span (redacted) and leave the span open for the decision."""
+    def _raised(self, span: Any, exc: BaseException, keep_open: bool = True) -> None:
+        """Record the error on the span (redacted); leave a record's span open for the decision."""
         from opentelemetry.trace import Status, StatusCode
 
         message = redacted(str(exc)[:REDACTION_INPUT_LIMIT], self._redact)[:ERROR_PREVIEW]
@@ -228,7 +307,8 @@ class HandlerTracer:
         )
         span.set_attribute("error.type", error_type)
         span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
-        _failed_attempt.set(span)
+        if keep_open:
+            _failed_attempt.set(span)
 
     def _settle(self, event: str, attributes: dict[str, Any]) -> None:
         span = _failed_attempt.get()

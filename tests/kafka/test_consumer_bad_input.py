@@ -90,7 +90,6 @@ def _config(**extra: Any) -> dict[str, Any]:
         (_config(), {"batch_size": 8, "batch_linger": -1}, "batch_linger"),
         (_config(), {"batch_size": 8, "batch_linger": math.inf}, "batch_linger"),
         (_config(), {"batch_linger": 0.1}, "batch_linger"),  # without batch_size
-        (_config(), {"batch_size": 8, "tracing": True}, "tracing"),  # spans are per record
         # Conflicting options: each is valid alone, not together.
         (
             _config(),

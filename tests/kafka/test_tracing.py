@@ -20,10 +20,11 @@ from confluent_kafka.admin import AdminClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 
-from keyshared import Record, RetryPolicy
+from keyshared import BatchError, Record, RetryPolicy
 from keyshared.dev.testing import TopicFactory, create_topic
 from keyshared.kafka.tracing import (
     ATTEMPT,
+    BATCH_COUNT,
     CONSUMER_GROUP,
     DESTINATION,
     MESSAGE_KEY,
@@ -168,3 +169,58 @@ def test_a_record_without_trace_headers_starts_a_new_trace(
     start(new_group("traced-root"), topic, lambda record: None, tracing=sink.provider)
     [span] = sink.wait_for(processing(topic), 1)
     assert span.parent is None
+
+
+def test_a_batch_call_is_one_span_linked_to_each_records_producer(
+    kafka_bootstrap: str, new_topic: TopicFactory, new_group: Callable[[str], str],
+    start: Callable[..., Running], sink: SpanSink,
+) -> None:  # fmt: skip
+    """A batch has many parents: its span links each record's producer span (OpenTelemetry's
+    batch-processing convention), counts the batch, and records a BatchError; the record it
+    names comes back in a later batch with a span of its own."""
+    topic = new_topic(partitions=1)
+    group = new_group("traced-batch")
+    parents = {}
+    records = []
+    for n in range(6):
+        headers, parent = traced_headers(sink.provider)
+        parents[n] = parent
+        records.append((f"k{n}".encode(), str(n).encode(), headers))
+    produce(kafka_bootstrap, topic, records)
+    failed_once = threading.Event()
+    seen: list[int] = []
+
+    def handle(batch: list[Record]) -> None:
+        seen.extend(record.offset for record in batch)
+        for index, record in enumerate(batch):
+            if record.offset == 3 and not failed_once.is_set():
+                failed_once.set()
+                raise BatchError({index: RuntimeError("offset 3 once")})
+
+    start(group, topic, handle, workers=1, batch_size=6, batch_linger=1.0,
+          tracing=sink.provider)  # fmt: skip
+    # Every offset ran once, offset 3 twice: the spans' batch counts add up to seven records.
+    spans: list[ReadableSpan] = []
+
+    def all_counted(span: ReadableSpan) -> bool:
+        return span.name == f"process {topic}"
+
+    for count in range(1, 8):
+        spans = sink.wait_for(all_counted, count)
+        if sum(s.attributes[BATCH_COUNT] for s in spans) >= 7:
+            break
+    assert sum(s.attributes[BATCH_COUNT] for s in spans) == 7
+    linked = {}
+    for span in spans:
+        assert span.kind is trace.SpanKind.CONSUMER
+        assert span.parent is None, "a batch span is a root; its producers are links"
+        assert span.attributes[DESTINATION] == topic and span.attributes[CONSUMER_GROUP] == group
+        assert len(span.links) == span.attributes[BATCH_COUNT]
+        for link in span.links:
+            linked.setdefault(link.attributes[OFFSET], []).append(link.context.span_id)
+    for offset, parent in parents.items():
+        assert parent.span_id in linked[offset], f"offset {offset} links its producer"
+    assert len(linked[3]) == 2, "the failed record is linked again from its retry's batch"
+    failed = [s for s in spans if not s.status.is_ok]
+    assert len(failed) == 1 and failed[0].events[0].name == "exception"
+    assert sorted(seen) == [0, 1, 2, 3, 3, 4, 5]
