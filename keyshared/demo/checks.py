@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, TopicPartition
 
+from keyshared.demo.clientlog import CLIENT_LOG
+
 __all__ = ["DeadLetter", "committed_gaps", "read_dead_letters"]
 
 
@@ -33,6 +35,7 @@ def read_dead_letters(
             "group.id": f"demo-dlq-reader-{uuid.uuid4().hex[:8]}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            "logger": CLIENT_LOG,
         }
     )
     consumer.subscribe([dlq_topic])
@@ -62,7 +65,7 @@ def _text(value: str | bytes | None) -> str:
 
 def committed_gaps(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     """Per partition, records between the group's committed offset and the end (should be 0)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "logger": CLIENT_LOG})
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         committed = consumer.committed(tps, timeout=10)

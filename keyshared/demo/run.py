@@ -9,7 +9,6 @@ committed offsets are compared with the end offsets.
 from __future__ import annotations
 
 import gc
-import logging
 import threading
 import time
 import uuid
@@ -20,6 +19,7 @@ from rich.console import Console
 
 from keyshared.core.poison import RetryPolicy
 from keyshared.demo.checks import DeadLetter, committed_gaps, read_dead_letters
+from keyshared.demo.clientlog import CLIENT_LOG
 from keyshared.demo.handler import OrderHandler
 from keyshared.demo.progress import DemoProgress
 from keyshared.demo.verifier import OrderVerifier, Verdict
@@ -28,11 +28,6 @@ from keyshared.dev.testing import create_topic
 from keyshared.errors import KeySharedError
 
 __all__ = ["DemoOutcome", "DemoSettings", "run_demo"]
-
-# librdkafka's own chatter (a fresh broker's "coordinator load in progress", disconnects when
-# the cluster stops) goes through Python logging, where only its errors are shown.
-_CLIENT_LOG = logging.getLogger("keyshared.demo.librdkafka")
-_CLIENT_LOG.setLevel(logging.ERROR)
 
 
 @dataclass(frozen=True)
@@ -102,7 +97,8 @@ def run_demo(bootstrap: str, settings: DemoSettings, console: Console) -> DemoOu
     create_topic(admin, topic, settings.partitions)
     create_topic(admin, dlq_topic, 1)
     console.print(
-        f"Topic [bold]{topic}[/] ({settings.partitions} partitions) and its DLQ "
+        f"Topic [bold]{topic}[/] ({settings.partitions} partition"
+        f"{'' if settings.partitions == 1 else 's'}) and its DLQ "
         f"[bold]{dlq_topic}[/]; group [bold]{group}[/]"
     )
     verifier = OrderVerifier()
@@ -114,7 +110,7 @@ def run_demo(bootstrap: str, settings: DemoSettings, console: Console) -> DemoOu
                 "bootstrap.servers": bootstrap,
                 "group.id": group,
                 "client.id": f"demo-{i + 1}",
-                "logger": _CLIENT_LOG,
+                "logger": CLIENT_LOG,
             },
             [topic],
             handler,

@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
 import keyshared
+from keyshared.demo.clientlog import CLIENT_LOG
 from keyshared.dev.testing import create_topic, delete_topics, unique_name
 from keyshared.kafka.client_config import KEYED_PRODUCER
 
@@ -79,7 +80,7 @@ def _settled(bootstrap: str, topic: str, group: str, partitions: int) -> bool:
     """Wait until ``group`` committed every partition of ``topic`` to its end: every record
     handled or acknowledged in the DLQ (the condition for a replay, see ``keyshared.spark``)."""
     tps = [TopicPartition(topic, p) for p in range(partitions)]
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "logger": CLIENT_LOG})
     try:
         ends = [consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps]
         deadline = time.monotonic() + _WAIT_S
@@ -125,7 +126,12 @@ def run_spark_replay_demo(
     outcome = SparkReplayOutcome()
     try:
         producer = Producer(
-            {"bootstrap.servers": bootstrap, "enable.idempotence": True, **KEYED_PRODUCER}
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "logger": CLIENT_LOG,
+                **KEYED_PRODUCER,
+            }
         )
         for seq in range(1, _ORDERS_PER_CUSTOMER + 1):
             for c in range(_CUSTOMERS):

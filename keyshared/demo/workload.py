@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
+from keyshared.demo.clientlog import CLIENT_LOG
 from keyshared.kafka.client_config import KEYED_PRODUCER
 
 __all__ = ["Order", "OrderWorkload", "ProducedSet", "customer_key"]
@@ -101,6 +102,7 @@ class OrderWorkload:
                 "bootstrap.servers": bootstrap,
                 "enable.idempotence": True,
                 "linger.ms": 10,
+                "logger": CLIENT_LOG,
                 **KEYED_PRODUCER,
             }
         )

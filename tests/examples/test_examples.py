@@ -52,6 +52,30 @@ def test_order_service_keeps_each_orders_events_in_order_and_dead_letters_bad_pa
     assert "out-of-order transitions 0" in line
 
 
+def test_batch_sqlite_writes_each_batch_in_one_transaction_in_per_account_order(
+    kafka_bootstrap: str,
+) -> None:
+    done = _run(
+        "batch_sqlite.py",
+        kafka_bootstrap,
+        "--events",
+        "3000",
+        "--accounts",
+        "150",
+        "--bad-every",
+        "1000",
+        "--topic",
+        unique_name("ex-ledger"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = done.stdout.strip().splitlines()[-1]
+    assert "3000/3000 events of 150 accounts" in line
+    assert "dead-lettered 3 to" in line  # only the bad events, not their batches
+    assert "out-of-order entries 0" in line
+    transactions = int(re.search(r"(\d+) transactions", line).group(1))  # type: ignore[union-attr]
+    assert transactions < 3000 / 2, line  # batches, not a commit per event
+
+
 def test_async_handler_keeps_many_http_calls_in_flight(kafka_bootstrap: str) -> None:
     done = _run(
         "async_http.py",
