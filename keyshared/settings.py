@@ -58,6 +58,12 @@ class ConsumerOptions:
         back (the oldest unfinished one) is reported as stuck: one warning naming its topic,
         partition, offset and key. Checked once a second, never per record. A minute is longer
         than a healthy handler takes and short enough for an operator to act before lag grows.
+        Such a partition also makes ``/readyz`` fail.
+    :param wedged_after: seconds without a poll-loop iteration after which ``/healthz`` fails
+        (the process is wedged). None (default) derives it as ``drain_timeout + 3 *
+        startup_timeout`` (120 s by default): the longest one healthy iteration may block, a
+        revoke's drain plus its commit, or an assignment reading committed offsets and parked
+        keys. Handlers never count: they run on workers, not on the poll thread.
     :param redact: ``str -> str``, applied to every text keyshared derives from a record or a
         handler's error before it leaves the process: keys in log lines and ``/hotkeys``, error
         messages and tracebacks in logs, DLQ error headers and blocked-key reasons. A raise
@@ -94,6 +100,7 @@ class ConsumerOptions:
     mode: str = "partition"
     ack_timeout: float = 300.0
     stuck_after: float = 60.0
+    wedged_after: float | None = None
     redact: Redactor | None = None
     tracing: Any = False  # bool or an opentelemetry TracerProvider (an optional dependency)
     batch_size: int | None = None
@@ -125,6 +132,18 @@ class ConsumerOptions:
                     name, f"must be a positive, finite number of seconds, got {value!r}"
                 )
         self._check_batching()
+        if self.wedged_after is not None and not (
+            isinstance(self.wedged_after, (int, float))
+            and not isinstance(self.wedged_after, bool)
+            and math.isfinite(self.wedged_after)
+            and self.wedged_after > self.drain_timeout
+        ):
+            raise ConfigurationError(
+                "wedged_after",
+                f"must be a finite number of seconds above drain_timeout "
+                f"({self.drain_timeout:g}s: a revoke may hold the poll loop that long), "
+                f"got {self.wedged_after!r}",
+            )
         if self.mode not in MODES:
             raise ConfigurationError(
                 "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}"
@@ -200,6 +219,13 @@ class ConsumerOptions:
         except ValueError as exc:
             raise ConfigurationError(option, str(exc)) from None
         return policy
+
+    @property
+    def liveness_bound(self) -> float:
+        """Seconds the poll loop may go without an iteration before it counts as wedged."""
+        if self.wedged_after is not None:
+            return float(self.wedged_after)
+        return self.drain_timeout + 3 * self.startup_timeout
 
     def poison_for(self, topic: str) -> PoisonPolicy:
         """The terminal policy for records of ``topic``."""

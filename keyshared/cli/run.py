@@ -132,7 +132,8 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
-    help="Serve Prometheus metrics on 127.0.0.1:PORT (0 picks a free port).",
+    help="Serve /metrics, /hotkeys and the probes /healthz, /readyz on 127.0.0.1:PORT "
+    "(0 picks a free port).",
 )
 @click.option(
     "--metrics-host", default=_DEFAULTS.metrics_host, help="Address for the metrics endpoint."
@@ -148,6 +149,20 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     type=float,
     default=_DEFAULTS.drain_timeout,
     help="Seconds to wait for in-flight records on revoke and shutdown.",
+)
+@click.option(
+    "--stuck-after",
+    type=float,
+    default=_DEFAULTS.stuck_after,
+    help="Seconds before the record holding a partition back is reported stuck "
+    "(a warning, and /readyz fails).",
+)
+@click.option(
+    "--wedged-after",
+    type=float,
+    default=None,
+    help="Seconds without a poll-loop iteration before /healthz fails "
+    "[default: drain timeout + 3 x startup timeout].",
 )
 @click.option(
     "--commit-interval",
@@ -219,6 +234,8 @@ def run(
     metrics_host: str,
     key_filters: tuple[str, ...],
     drain_timeout: float,
+    stuck_after: float,
+    wedged_after: float | None,
     commit_interval: float,
     startup_timeout: float,
     key_deserializer: str | None,
@@ -305,6 +322,8 @@ def run(
             metrics_host=metrics_host,
             key_filters=key_filters,
             drain_timeout=drain_timeout,
+            stuck_after=stuck_after,
+            wedged_after=wedged_after,
             commit_interval=commit_interval,
             startup_timeout=startup_timeout,
             key_deserializer=deserializers[0],

@@ -27,6 +27,7 @@ from keyshared.kafka.batches import BatchHandler
 from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.dlq import DeadLetterWriter
 from keyshared.kafka.execution import RecordExecutor
+from keyshared.kafka.health_view import HealthView
 from keyshared.kafka.hotkeys_view import hot_keys_report
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.poll_loop import PollLoop
@@ -191,6 +192,11 @@ class KeySharedConsumer:
         options = self.options
         metrics = ConsumerMetrics(self.group, self.member)
         metrics.set_workers(options.workers)
+        for topic in (t for t in self.topics if not t.startswith("^")):
+            # Known topics' series start at zero; a pattern subscription's appear on use.
+            metrics.expect_topic(topic)
+            if options.poison_for(topic).dead_letters:
+                metrics.expect_dlq(options.dlq_topic_for(topic))
         scheduler = Scheduler()
         runner = self._make_runner(scheduler)
         dlq = DeadLetterWriter(
@@ -263,6 +269,7 @@ class KeySharedConsumer:
                 options.metrics_port,
                 options.metrics_host,
                 hotkeys=lambda: hot_keys_report(self._loop, redact=options.redact),
+                health=HealthView(self._loop, options, self._stop),
             )
             log.info("metrics at %s", self._metrics_server.url)
         self._started.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -129,6 +130,14 @@ def test_metrics_consumer_serves_prometheus_metrics_while_it_runs(kafka_bootstra
             )
         assert processed > 0, "no keyshared_records_processed_total was exported"
         assert "keyshared_handler_duration_seconds_bucket" in text
+        base = match.group(1).rsplit("/", 1)[0]
+        assert f"probes: {base}/healthz" in proc.stdout.readline()
+        for probe in ("/healthz", "/readyz"):
+            with urllib.request.urlopen(base + probe, timeout=5) as response:
+                assert response.status == 200
+                body = json.loads(response.read())
+            assert body["status"] == "ok", body
+        assert body["role"] == "member" and body["partitions"] == 3, body
         proc.terminate()  # SIGTERM: drain, commit, exit 0
         assert proc.wait(60) == 0
         assert "stopped after draining and committing" in proc.stdout.read()
@@ -146,3 +155,14 @@ def test_a_stuck_key_holds_back_only_itself(kafka_bootstrap: str) -> None:
     assert "committed offset 0 (the stuck record), 5000 finished above it in 1 run(s)" in line, line
     size = int(re.search(r"(\d+) bytes of commit metadata", line).group(1))  # type: ignore[union-attr]
     assert 0 < size < 64, line
+
+
+def test_mixed_partitioners_are_found_and_explained(kafka_bootstrap: str) -> None:
+    """Issue 25 part 8: keys split by a CRC32 and a murmur2 producer are counted and logged."""
+    done = _run("mixed_partitioners.py", kafka_bootstrap, "--topic", unique_name("ex-mixed"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = done.stdout.strip().splitlines()[-1]
+    split, total, found = map(int, re.findall(r"(\d+) of (\d+) keys.*found (\d+)", line)[0])
+    assert total == 1000 and split > 700 and 0 < found <= split, line
+    warnings = [w for w in done.stderr.splitlines() if "arrived in partitions" in w]
+    assert len(warnings) == 1 and "partitioner=murmur2_random" in warnings[0], done.stderr[-2000:]

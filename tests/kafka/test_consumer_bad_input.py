@@ -81,6 +81,8 @@ def _config(**extra: Any) -> dict[str, Any]:
         (_config(), {"drain_timeout": math.inf}, "drain_timeout"),
         (_config(), {"startup_timeout": math.nan}, "startup_timeout"),
         (_config(), {"stuck_after": 0}, "stuck_after"),
+        (_config(), {"wedged_after": math.nan}, "wedged_after"),
+        (_config(), {"wedged_after": 10, "drain_timeout": 30}, "wedged_after"),
         (_config(), {"redact": "not callable"}, "redact"),
         (_config(), {"metrics_port": 70000}, "metrics_port"),
         (_config(), {"dlq_topic": ""}, "dlq_topic"),

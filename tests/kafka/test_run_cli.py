@@ -61,6 +61,9 @@ def test_help_explains_the_command() -> None:
         "--dlq-topic",
         "--max-attempts",
         "--metrics-port",
+        "/readyz",
+        "--stuck-after",
+        "--wedged-after",
         "--mode",
         "--zookeeper",
         "--batch-size",
@@ -78,6 +81,12 @@ def test_usage_errors_are_clear() -> None:
     bad_spec = _cli("run", "no_such_module_xyz:handle", "-b", "127.0.0.1:9", "-g", "g", "-t", "t")
     assert bad_spec.returncode == 2
     assert "no_such_module_xyz" in bad_spec.stderr and "Traceback" not in bad_spec.stderr
+    # A liveness bound a revoke's drain could exceed would restart healthy pods.
+    wedged = _cli(
+        "run", HANDLER, "-b", "127.0.0.1:9", "-g", "g", "-t", "t",
+        "--drain-timeout", "30", "--wedged-after", "10", env={"KS_JOURNAL": os.devnull},
+    )  # fmt: skip
+    assert wedged.returncode == 2 and "wedged_after" in wedged.stderr, wedged.stderr
 
 
 @pytest.mark.parametrize("handler", [HANDLER, ASYNC_HANDLER], ids=["sync", "async"])
