@@ -22,6 +22,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from keyshared.core.poison import PoisonPolicy
 from keyshared.core.redaction import shown_key
 from keyshared.errors import ConfigurationError, KeySharedError
+from keyshared.kafka.arguments import check_arguments, topic_list
 from keyshared.kafka.batch_workers import BatchAsyncRunner, BatchThreadWorkers
 from keyshared.kafka.batches import BatchHandler
 from keyshared.kafka.dispatcher import Dispatcher
@@ -36,6 +37,7 @@ from keyshared.kafka.scheduler import Scheduler
 from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox, Runner
 from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
 from keyshared.kafka.tracing import handler_tracer
+from keyshared.kafka.transactions import transactional_store
 from keyshared.kafka.workers import AsyncRunner, ThreadWorkers
 from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
 from keyshared.record import Record
@@ -100,16 +102,7 @@ class KeySharedConsumer:
                     f"unknown option ({exc})",
                 ) from None
         self.options = options
-        if options.mode == "key_shared" and coordinator is None:
-            raise ConfigurationError(
-                "coordinator",
-                "key_shared mode needs a coordinator: pass "
-                "coordinator=coordinator.ZooKeeperCoordinator('host:port')",
-            )
-        if coordinator is not None and not callable(getattr(coordinator, "plug", None)):
-            raise ConfigurationError(
-                "coordinator", f"expected a coordinator.ZooKeeperCoordinator, got {coordinator!r}"
-            )
+        check_arguments(options, coordinator, handler)
         self._coordinator = coordinator
         self._config = build_kafka_config(config)
         poll_interval_ms = int(self._config.get("max.poll.interval.ms", 300_000))
@@ -119,17 +112,7 @@ class KeySharedConsumer:
                 f"{options.drain_timeout:g}s must be shorter than max.poll.interval.ms "
                 f"({poll_interval_ms} ms): a revoke drains before the consumer polls again",
             )
-        if isinstance(topics, str):
-            topics = [topics]
-        self.topics = list(topics)
-        if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
-            raise ConfigurationError("topics", "must be a non-empty list of topic names")
-        if handler is not None and not callable(handler):
-            raise ConfigurationError("handler", f"must be callable, got {handler!r}")
-        if handler is None and options.batch_size is not None:
-            raise ConfigurationError(
-                "batch_size", "is for batch handlers; pull style (handler=None) takes one by one"
-            )
+        self.topics = topic_list(topics)
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)  # noqa: B004
         )
@@ -228,6 +211,7 @@ class KeySharedConsumer:
             dlq,
             self._keystate,
             self._tracer,
+            self.group,
         )
         runner.bind(executor)
         consumer = self._consumer
@@ -250,6 +234,9 @@ class KeySharedConsumer:
                 raise
         if plug.ownership is not None:
             self._dispatcher.use_ownership(plug.ownership)
+        txn = transactional_store(consumer, self._config, options, metrics, self._dispatcher)
+        if txn is not None:
+            plug.cursor_store = txn
         self._loop = PollLoop(
             consumer,
             self.topics,
@@ -264,6 +251,8 @@ class KeySharedConsumer:
             cursor_store=plug.cursor_store,
             inbox=inbox,
         )
+        if txn is not None:
+            txn.bind(self._loop)
         if options.metrics_port is not None:
             self._metrics_server = start_metrics_server(
                 options.metrics_port,
@@ -282,6 +271,8 @@ class KeySharedConsumer:
                 log.warning("closing the consumer failed: %s", exc)
             runner.close()
             dlq.close(5.0)
+            if txn is not None:
+                txn.close()
             if self._keystate is not None:
                 self._keystate.close()
             scheduler.close()
