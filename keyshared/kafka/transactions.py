@@ -92,7 +92,10 @@ class TransactionalCommitter(Committer):
         self._reset_to_end = reset_to_end
         self._events: MembershipEvents | None = None
         self._partitions: dict[str, int] = {}  # DLQ topic -> partition count
-        self._producer = self._new_producer()
+        self._producer: Any = self._new_producer()  # None after a failure, until rebuilt
+        # Partitions whose redo could not read their committed offsets yet (broker away):
+        # paused, stateless, retried before every transaction.
+        self._redo_pending: set[TP] = set()
         self.transactions = 0  # committed transactions (tests and logs)
 
     def bind(self, events: MembershipEvents) -> None:
@@ -107,6 +110,8 @@ class TransactionalCommitter(Committer):
         return producer
 
     def close(self) -> None:
+        if self._producer is None:
+            return
         try:
             self._producer.flush(1.0)
         except (KafkaException, RuntimeError) as exc:
@@ -130,6 +135,8 @@ class TransactionalCommitter(Committer):
     # -- the transaction -----------------------------------------------------------------------
 
     def _transact(self, states: list[PartitionState], skip_unchanged: bool) -> bool:
+        if not self._ready():
+            return False
         taken: Taken = []
 
         def take() -> None:
@@ -161,6 +168,16 @@ class TransactionalCommitter(Committer):
             if state.tp in by_tp:
                 state.committed = by_tp[state.tp]
         return True
+
+    def _ready(self) -> bool:
+        """A usable producer and no redo half done; False (retried next time) otherwise."""
+        if self._producer is None:
+            try:
+                self._producer = self._new_producer()
+            except KafkaException as exc:
+                log.warning("transactional producer not ready yet: %s", exc)
+                return False
+        return self._finish_redo()
 
     def _covered(self, taken: Taken) -> list[OutputMessage]:
         """The outputs whose records the offsets about to be committed mark finished, in
@@ -241,35 +258,58 @@ class TransactionalCommitter(Committer):
                 log.warning("abort_transaction failed: %s", abort_exc)
         if not aborted:
             # Unusable, or the outcome unknown: a new producer of the same transactional.id
-            # settles whatever this one left open before the committed offsets are read back.
+            # settles whatever this one left open (init_transactions aborts it) before the next
+            # transaction; the committed offsets read meanwhile are stable ones (read_committed
+            # consumers wait out pending transactional offsets, KIP-447).
             with contextlib.suppress(KafkaException, RuntimeError):
                 self._producer.purge()
-            self._producer = self._new_producer()
+            self._producer = None
         self.redo()
 
     def redo(self) -> None:
         """Every live partition as if lost and assigned again: windows dropped, states rebuilt
         from the committed offsets and metadata, the consumer positioned there."""
         events = self._events
-        if events is None or not events.states:
+        if events is None:
             return
         tps = list(events.states)
-        events.lost(tps)
-        partitions = [TopicPartition(*tp) for tp in tps]
+        if tps:
+            events.lost(tps)
+            self._redo_pending.update(tps)
+            with contextlib.suppress(KafkaException):
+                self._consumer.pause([TopicPartition(*tp) for tp in tps])
+        self._finish_redo()
+
+    def _finish_redo(self) -> bool:
+        """Rebuild the pending partitions still assigned here; False if the broker did not
+        answer (they stay paused and pending)."""
+        events = self._events
+        if not self._redo_pending or events is None:
+            return True
         try:
-            self._consumer.resume(partitions)  # a paused partition's pause died with its window
-        except KafkaException as exc:
-            log.debug("resume before redo: %s", exc)
-        events.assigned(tps)
+            assignment = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+            tps = [t for t in self._redo_pending if t in assignment and t not in events.states]
+            events.assigned(tps)
+        except Exception as exc:
+            log.warning("redo: reading the committed offsets failed, retrying: %s", exc)
+            return False
+        self._redo_pending.clear()
+        partitions = []
         for tp in tps:
             state = events.states.get(tp)
             committed = state.committed if state is not None else None
             if committed is None:
                 committed = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
+            partitions.append(TopicPartition(tp[0], tp[1]))
             try:
                 self._consumer.seek(TopicPartition(tp[0], tp[1], committed))
             except KafkaException as exc:
                 log.error("redo: seeking %s[%d] to %s failed: %s", *tp, committed, exc)
+        if partitions:
+            with contextlib.suppress(KafkaException):
+                self._consumer.resume(partitions)
+        log.info("redo: %d partition(s) resume from their committed offsets", len(tps))
+        return True
 
 
 def transactional_store(

@@ -20,11 +20,14 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from keyshared import KeySharedConsumer, RetryPolicy
+from keyshared.dev import LocalCluster
 from keyshared.errors import ConfigurationError
 from keyshared.kafka.transactions import producer_config
 from tests.kafka.support.faults import fault_fraction
 from tests.kafka.support.journal import (
     count_finished,
+    high_watermarks,
+    keyshared_command,
     kill_all,
     produce,
     read_journal,
@@ -148,6 +151,14 @@ def test_outputs_and_dead_letters_exactly_once_in_process(
     assert set(got) == poison and all(n == 1 for n in got.values()), got
 
 
+def _leaders_back(bootstrap: str, topic: str) -> bool:
+    try:
+        high_watermarks(bootstrap, topic)
+    except KafkaException:
+        return False
+    return True
+
+
 def _start(bootstrap, group, topic, journal, out, tmp_path, name, **kw):  # type: ignore[no-untyped-def]
     return start_consumer(
         bootstrap,
@@ -163,39 +174,79 @@ def _start(bootstrap, group, topic, journal, out, tmp_path, name, **kw):  # type
     )
 
 
-def test_kill_9_under_load_outputs_exactly_once(
-    kafka_bootstrap: str, new_topic, new_group, tmp_path: Path
+def test_kill_9_broker_restart_and_poison_outputs_exactly_once(
+    local_cluster: LocalCluster, kafka_bootstrap: str, new_topic, new_group, tmp_path: Path
 ) -> None:
-    """kill -9 of a member mid-run, then a rebalance as a new member joins: the committed
-    output holds every input once, in per-key order (the killed member's open transaction is
-    aborted; what it finished after its last commit is redone, its outputs produced once)."""
+    """kill -9 of a member mid-run, a rebalance as a new member joins, then a broker restart
+    (SIGKILL), with 1% poison records dead-lettered: the committed output holds every good
+    input once, in per-key order, the DLQ every poison record once, and ``keyshared verify``
+    passes. The killed member's open transaction is aborted; what it (and everyone during the
+    outage) finished after the last commit is redone, its outputs committed once."""
     topic = new_topic(partitions=4)
     out = new_topic(partitions=3)
+    dlq = new_topic(partitions=1)
     group = new_group("eos-kill")
     keys = [f"key-{i:03d}".encode() for i in range(200)]
     records = sequenced(keys, 15)
+    poison = {(k, s) for k, s in records if fault_fraction(k, s) < 0.01}
     produce(kafka_bootstrap, topic, records)
     total = len(records)
     journal = tmp_path / "journal"
     procs: dict[str, subprocess.Popen[bytes]] = {}
+    extra = {
+        "env": {"KS_FAIL_ALWAYS_RATE": "0.01"},
+        "args": ["--poison", "dead_letter", "--max-attempts", "1", "--dlq-topic", dlq],
+    }
+
+    def start(name: str) -> None:
+        procs[name] = _start(kafka_bootstrap, group, topic, journal, out, tmp_path, name,
+                             env=dict(extra["env"]), args=list(extra["args"]))  # fmt: skip
+
     try:
-        procs["A"] = _start(kafka_bootstrap, group, topic, journal, out, tmp_path, "A")
-        procs["B"] = _start(kafka_bootstrap, group, topic, journal, out, tmp_path, "B")
+        start("A")
+        start("B")
         wait_for(lambda: count_finished(journal) >= 0.3 * total, 90, "30% processed")
         procs["A"].send_signal(signal.SIGKILL)
         procs["A"].wait(10)
-        procs["C"] = _start(kafka_bootstrap, group, topic, journal, out, tmp_path, "C")
+        start("C")
+        at_kill = count_finished(journal)
+        wait_for(lambda: count_finished(journal) >= at_kill + 0.2 * total, 90, "C working")
+        local_cluster.stop_kafka(kill=True)
+        local_cluster.start_kafka()
+        wait_for(lambda: _leaders_back(kafka_bootstrap, topic), 60, "partition leaders back")
         wait_committed_to_end(kafka_bootstrap, group, topic, timeout=120)
         assert terminate(procs["B"]) == 0
         assert terminate(procs["C"]) == 0
     finally:
         kill_all(procs.values())
-    redone = len([e for e in read_journal(journal) if e.kind == "E"]) - total
+    redone = len([e for e in read_journal(journal) if e.kind == "E"]) - (total - len(poison))
     print(f"records finished more than once (redone, outputs aborted): {redone}")
     expected: dict[bytes | None, list[int]] = defaultdict(list)
     for k, s in records:
-        expected[k].append(s)
-    assert_exactly_once(read_committed(kafka_bootstrap, out, total), expected)
+        if (k, s) not in poison:
+            expected[k].append(s)
+    assert_exactly_once(read_committed(kafka_bootstrap, out, total - len(poison)), expected)
+    letters = read_committed(kafka_bootstrap, dlq, len(poison))
+    got = Counter((k, s) for k, seqs in letters.items() for s in seqs)
+    assert poison and set(got) == poison and all(n == 1 for n in got.values()), got
+    verified = subprocess.run(
+        [
+            *keyshared_command(),
+            "verify",
+            "-b",
+            kafka_bootstrap,
+            "-g",
+            group,
+            "-t",
+            topic,
+            "--dlq-topic",
+            dlq,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 def test_zombie_cannot_commit(kafka_bootstrap: str, new_topic, new_group, tmp_path: Path) -> None:
