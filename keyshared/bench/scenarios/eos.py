@@ -53,25 +53,28 @@ def run_eos(ctx: BenchContext) -> ScenarioResult:
             "workers": workers,
             "handler_ms": handler_s * 1000,
             "commit_interval_s": {"default": 1.0, "short": fast},
+            "runs": ctx.size(2, 1),
         },
     )
     topic = ctx.new_topic("eos", partitions)
     produce(ctx.bootstrap, topic, uniform_keys(records, key_count))
-    runs = []
-    for label, exactly_once, interval in (
+    contenders = (
         ("at-least-once, own producer", False, 1.0),
         ("exactly-once, commit every 1 s", True, 1.0),
         (f"exactly-once, commit every {fast:g} s", True, fast),
-    ):
-        ctx.say(f"eos: {records} records on {topic}; {label}")
-        out = ctx.new_topic("eos-out", partitions)
-        runs.append(
-            result.add(
+    )
+    measured: list[list[Measurement]] = [[] for _ in contenders]
+    rounds = ctx.size(2, 1)
+    for round_ in range(rounds):  # alternate, so drift on a shared machine hits all alike
+        for i, (label, exactly_once, interval) in enumerate(contenders):
+            ctx.say(f"eos: {records} records on {topic}; {label}, run {round_ + 1}")
+            out = ctx.new_topic("eos-out", partitions)
+            measured[i].append(
                 _measure(
                     ctx, topic, out, records, workers, handler_s, label, exactly_once, interval
                 )
             )
-        )
+    runs = [result.add(_best(m)) for m in measured]
     alo, eos, eos_fast = runs
     result.ratio("eos_vs_at_least_once", eos.figure, alo.figure)
     result.ratio("eos_short_interval_vs_at_least_once", eos_fast.figure, alo.figure)
@@ -81,11 +84,19 @@ def run_eos(ctx: BenchContext) -> ScenarioResult:
             f"{m.label}: {m.figure:,.0f} outputs/s, output latency p50 "
             f"{m.extra['latency_p50_ms']:.0f} ms, p99 {m.extra['latency_p99_ms']:.0f} ms"
         )
+    result.notes.append(f"best of {rounds} alternating runs of each contender")
     result.notes.append(
-        "exactly-once outputs wait for the next commit: the commit interval is their latency "
-        "floor (about half of it on average) and, shorter, costs more transactions per second"
+        "exactly-once outputs become readable only with the commit after their record "
+        "finished: the commit interval sets their latency, plus the transaction's own time "
+        "(producing and flushing an interval's outputs) under load"
     )
     return result
+
+
+def _best(runs: list[Measurement]) -> Measurement:
+    best = max(runs, key=lambda m: m.figure)
+    best.extra["runs"] = [round(m.figure) for m in runs]
+    return best
 
 
 def _measure(
