@@ -145,6 +145,8 @@ class TransactionalCommitter(Committer):
                     taken.append((state, state.outputs.take()))
 
         offsets = self._offsets(states, skip_unchanged, under_lock=take)
+        if not self._dead_letter_topics_ready(states, taken):
+            return False
         outputs = self._covered(taken)
         if not offsets and not outputs:
             return True
@@ -178,6 +180,33 @@ class TransactionalCommitter(Committer):
                 log.warning("transactional producer not ready yet: %s", exc)
                 return False
         return self._finish_redo()
+
+    def _dead_letter_topics_ready(self, states: list[PartitionState], taken: Taken) -> bool:
+        """Hold the commit (cursor and outputs), as the at-least-once DLQ writer holds the
+        cursor, while a DLQ topic cannot be written: a transaction would fail and its redo
+        would only meet the same poison record again."""
+        topics = {
+            m.topic
+            for _, items in taken
+            for _, messages in items
+            for m in messages
+            if m.source_partition is not None
+        }
+        for topic in topics:
+            try:
+                self._partition_count(topic)
+            except (KafkaException, LookupError) as exc:
+                self._metrics.dlq_write_failed(topic)
+                self._metrics.commit(False)
+                log.error("dead letters to %r cannot be written, holding the commit: %s",
+                          topic, exc)  # fmt: skip
+                with self._lock:
+                    for state, items in taken:
+                        state.outputs.give_back(items)
+                for state in states:
+                    state.commit_sent = None  # resend on the next try
+                return False
+        return True
 
     def _covered(self, taken: Taken) -> list[OutputMessage]:
         """The outputs whose records the offsets about to be committed mark finished, in

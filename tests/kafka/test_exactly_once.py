@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from keyshared import KeySharedConsumer, RetryPolicy
 from keyshared.dev import LocalCluster
@@ -104,12 +105,13 @@ def test_key_shared_mode_refuses_exactly_once() -> None:
         )
 
 
-@pytest.mark.parametrize("mode", ["partition", "exclusive"])
+@pytest.mark.parametrize("mode", ["partition", "exclusive", "async"])
 def test_outputs_and_dead_letters_exactly_once_in_process(
     kafka_bootstrap: str, new_topic, new_group, mode: str
 ) -> None:
     """A clean run: every output and every dead letter once, in per-key order. Exclusive mode
-    (serial per partition) has no poison records: it only blocks poisoned keys."""
+    (serial per partition) has no poison records: it only blocks poisoned keys. ``async``: an
+    ``async def`` handler in partition mode."""
     source = new_topic(partitions=3)
     out = new_topic(partitions=2)
     dlq = new_topic(partitions=1)
@@ -117,7 +119,7 @@ def test_outputs_and_dead_letters_exactly_once_in_process(
     keys = [f"k{i:02d}".encode() for i in range(40)]
     records = sequenced(keys, 25)
     produce(kafka_bootstrap, source, records)
-    poison = {(k, s) for k, s in records if fault_fraction(k, s) < 0.05 and mode == "partition"}
+    poison = {(k, s) for k, s in records if fault_fraction(k, s) < 0.05 and mode != "exclusive"}
 
     def handle(record) -> None:  # type: ignore[no-untyped-def]
         seq = int(record.value)
@@ -125,13 +127,16 @@ def test_outputs_and_dead_letters_exactly_once_in_process(
             raise ValueError("poison")
         record.output.produce(out, key=record.raw_key, value=record.value)
 
+    async def handle_async(record) -> None:  # type: ignore[no-untyped-def]
+        handle(record)
+
     consumer = KeySharedConsumer(
         {"bootstrap.servers": kafka_bootstrap, "group.id": group},
         [source],
-        handle,
+        handle_async if mode == "async" else handle,
         workers=8,
         exactly_once=True,
-        mode=mode,
+        mode="exclusive" if mode == "exclusive" else "partition",
         commit_interval=0.2,
         dlq_topic=dlq,
         retry=RetryPolicy(max_attempts=1),
@@ -345,3 +350,56 @@ def test_stale_generation_cannot_commit_a_transaction(
         first.close()
         second.close()
     assert not read_committed(kafka_bootstrap, out, 0, timeout=10)
+
+
+def test_a_missing_dlq_topic_holds_the_commit_until_it_exists(
+    kafka_bootstrap: str, new_topic, new_group
+) -> None:
+    """A dead letter that cannot be written holds the transaction (outputs and cursors), as
+    the at-least-once writer holds the cursor; once the DLQ topic exists everything commits,
+    each output and dead letter once."""
+    source = new_topic(partitions=2)
+    out = new_topic(partitions=1)
+    dlq = f"{source}.missing-dlq"
+    group = new_group("eos-nodlq")
+    records = sequenced([f"k{i}".encode() for i in range(20)], 10)
+    produce(kafka_bootstrap, source, records)
+    poison = {records[7], records[120]}
+
+    def handle(record) -> None:  # type: ignore[no-untyped-def]
+        if (record.raw_key, int(record.value)) in poison:
+            raise ValueError("poison")
+        record.output.produce(out, key=record.raw_key, value=record.value)
+
+    consumer = KeySharedConsumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": group},
+        [source],
+        handle,
+        exactly_once=True,
+        commit_interval=0.2,
+        dlq_topic=dlq,
+        retry=RetryPolicy(max_attempts=1),
+    )
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    try:
+        assert consumer.wait_started(30)
+        time.sleep(2.0)  # ten commit intervals: every one of them must be held
+        assert not read_committed(kafka_bootstrap, out, 0, timeout=10), "committed without DLQ"
+        for future in admin.create_topics([NewTopic(dlq, 1)]).values():
+            future.result(30)
+        _committed_to_end(kafka_bootstrap, group, source, 60)
+    finally:
+        consumer.stop()
+        thread.join(30)
+    expected: dict[bytes | None, list[int]] = defaultdict(list)
+    for k, s in records:
+        if (k, s) not in poison:
+            expected[k].append(s)
+    assert_exactly_once(read_committed(kafka_bootstrap, out, len(records) - 2), expected)
+    try:
+        letters = read_committed(kafka_bootstrap, dlq, 2)
+    finally:
+        admin.delete_topics([dlq])
+    assert sorted((k, s) for k, seqs in letters.items() for s in seqs) == sorted(poison)
