@@ -16,7 +16,8 @@ later transaction, whose cursor or metadata covers it.
 A transaction that fails is aborted (or, when the producer is unusable or the outcome is
 unknown, a new producer with the same ``transactional.id`` settles it: ``init_transactions``
 aborts an open transaction of its id). The windows then claim records finished whose outputs
-were discarded, so every live partition is redone as if it had been lost and assigned again:
+were discarded, so every partition of that transaction still owned here is redone as if it
+had been lost and assigned again (the others kept their outputs for their next commit):
 the windows are dropped, their states are rebuilt from the committed offsets and metadata,
 and the consumer seeks there. That is exactly what a new owner would do, reuses the
 assignment path, and needs no memory of which outputs belonged to the aborted transaction.
@@ -125,12 +126,10 @@ class TransactionalCommitter(Committer):
         self._transact(list(states), skip_unchanged=True)
 
     def commit_sync(self, states: Iterable[PartitionState]) -> bool:
-        """Revoke or shutdown: the given states plus every live one, because the outputs of
-        the live ones are taken too and must be covered by their offsets."""
-        given = list(states)
-        live = list(self._events.states.values()) if self._events is not None else []
-        seen = {id(s) for s in given}
-        return self._transact(given + [s for s in live if id(s) not in seen], False)
+        """Revoke or shutdown: one transaction with these partitions' outputs and cursors.
+        Other partitions' outputs stay ready for their own next commit (``take`` is per
+        partition), so a cooperative revoke commits only what it hands over."""
+        return self._transact(list(states), skip_unchanged=False)
 
     # -- the transaction -----------------------------------------------------------------------
 
@@ -161,7 +160,7 @@ class TransactionalCommitter(Committer):
             self._commit()
         except (KafkaException, LookupError) as exc:
             self._metrics.commit(False)
-            self._recover(exc)
+            self._recover(exc, states)
             return False
         self._metrics.commit(True)
         self.transactions += 1
@@ -265,8 +264,10 @@ class TransactionalCommitter(Committer):
                 if not retriable or time.monotonic() >= deadline:
                     raise
 
-    def _recover(self, exc: BaseException) -> None:
-        """Abort (or settle through a new producer), then redo every live partition."""
+    def _recover(self, exc: BaseException, states: list[PartitionState]) -> None:
+        """Abort (or settle through a new producer), then redo the partitions of the failed
+        transaction that are still here: their windows count records finished whose outputs
+        were just discarded. Partitions outside it kept their outputs."""
         err = exc.args[0] if exc.args else None
         fenced = isinstance(err, KafkaError) and err.code() in (
             KafkaError._FENCED,
@@ -293,15 +294,18 @@ class TransactionalCommitter(Committer):
             with contextlib.suppress(KafkaException, RuntimeError):
                 self._producer.purge()
             self._producer = None
-        self.redo()
+        live = self._events.states if self._events is not None else {}
+        self.redo([s.tp for s in states if live.get(s.tp) is s])
 
-    def redo(self) -> None:
-        """Every live partition as if lost and assigned again: windows dropped, states rebuilt
-        from the committed offsets and metadata, the consumer positioned there."""
+    def redo(self, tps: list[TP] | None = None) -> None:
+        """These partitions (default: every live one) as if lost and assigned again: windows
+        dropped, states rebuilt from the committed offsets and metadata, the consumer
+        positioned there."""
         events = self._events
         if events is None:
             return
-        tps = list(events.states)
+        if tps is None:
+            tps = list(events.states)
         if tps:
             events.lost(tps)
             self._redo_pending.update(tps)

@@ -159,7 +159,7 @@ def test_an_abortable_failure_aborts_and_redoes_every_live_partition(desk: Any) 
     producer = FakeProducer.instances[-1]
     producer.fail_commit = KafkaError(KafkaError.ILLEGAL_GENERATION, txn_requires_abort=True)
     _finish(state, 0, 1)
-    assert not committer.commit_sync([])
+    assert not committer.commit_sync([state])
     assert ("abort",) in producer.calls and len(FakeProducer.instances) == 1
     assert events.log == ["lost", "assigned"] and events.states[state.tp] is not state
     assert consumer.seeks == [(0, 2)]  # back to the committed offset
