@@ -26,13 +26,9 @@ def check_arguments(options: ConsumerOptions, coordinator: Any, handler: Any) ->
         )
     if handler is not None and not callable(handler):
         raise ConfigurationError("handler", f"must be callable, got {handler!r}")
-    if options.exactly_once and (handler is None or coordinator is not None):
-        # The coordinator's cursor stores fence commits with a ZooKeeper lease; joining that
-        # fence with a Kafka transaction is not built yet.
+    if options.exactly_once and handler is None:
         raise ConfigurationError(
-            "exactly_once",
-            "needs a handler (not pull style) and no coordinator yet (partition leases "
-            "and ZooKeeper exclusive mode are not supported with transactions)",
+            "exactly_once", "needs a handler: pull style (handler=None) is not supported yet"
         )
     if handler is None and options.batch_size is not None:
         raise ConfigurationError(

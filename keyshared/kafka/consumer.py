@@ -217,15 +217,18 @@ class KeySharedConsumer:
         consumer = self._consumer
         inbox = PollInbox()
         plug = Plug()
+        txn = transactional_store(consumer, self._config, options, metrics, self._dispatcher)
         if self._coordinator is not None:
             context = PlugContext(
                 self.group, self.member, self.topics, options, self._dispatcher, inbox, metrics,
-                self.stop, dict(self._config),
+                self.stop, dict(self._config), txn,
             )  # fmt: skip
             try:
                 plug = self._coordinator.plug(context)
             except BaseException:
                 consumer.close()
+                if txn is not None:
+                    txn.close()
                 runner.close()
                 dlq.close(1.0)
                 scheduler.close()
@@ -234,9 +237,8 @@ class KeySharedConsumer:
                 raise
         if plug.ownership is not None:
             self._dispatcher.use_ownership(plug.ownership)
-        txn = transactional_store(consumer, self._config, options, metrics, self._dispatcher)
-        if txn is not None:
-            plug.cursor_store = txn
+        if txn is not None and plug.cursor_store is None:
+            plug.cursor_store = txn  # with a coordinator, its fenced store commits through txn
         self._loop = PollLoop(
             consumer,
             self.topics,

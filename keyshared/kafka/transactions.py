@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import (
@@ -97,6 +97,7 @@ class TransactionalCommitter(Committer):
         # Partitions whose redo could not read their committed offsets yet (broker away):
         # paused, stateless, retried before every transaction.
         self._redo_pending: set[TP] = set()
+        self._redo_fencing: dict[TP, Callable[[bytes | None, int], int | None]] = {}
         self.transactions = 0  # committed transactions (tests and logs)
 
     def bind(self, events: MembershipEvents) -> None:
@@ -307,6 +308,10 @@ class TransactionalCommitter(Committer):
         if tps is None:
             tps = list(events.states)
         if tps:
+            for tp in tps:  # a coordinator's fencing token stays: the lease did not change
+                state = events.states.get(tp)
+                if state is not None and state.fencing is not None:
+                    self._redo_fencing[tp] = state.fencing
             events.lost(tps)
             self._redo_pending.update(tps)
             with contextlib.suppress(KafkaException):
@@ -330,6 +335,9 @@ class TransactionalCommitter(Committer):
         partitions = []
         for tp in tps:
             state = events.states.get(tp)
+            fencing = self._redo_fencing.pop(tp, None)
+            if state is not None and state.fencing is None:
+                state.fencing = fencing
             committed = state.committed if state is not None else None
             if committed is None:
                 committed = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
@@ -338,6 +346,7 @@ class TransactionalCommitter(Committer):
                 self._consumer.seek(TopicPartition(tp[0], tp[1], committed))
             except KafkaException as exc:
                 log.error("redo: seeking %s[%d] to %s failed: %s", *tp, committed, exc)
+        self._redo_fencing.clear()  # of partitions no longer assigned here
         if partitions:
             with contextlib.suppress(KafkaException):
                 self._consumer.resume(partitions)
