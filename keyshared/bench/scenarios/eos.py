@@ -26,6 +26,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from keyshared.bench.contenders import run_keyshared
 from keyshared.bench.context import BenchContext
+from keyshared.bench.peers.common import PeerRunError
+from keyshared.bench.peers.parallel_consumer import (
+    parallel_consumer_install,
+    run_parallel_consumer,
+    skip_note,
+)
 from keyshared.bench.registry import register
 from keyshared.bench.result import Measurement, ScenarioResult
 from keyshared.bench.workload import produce, uniform_keys
@@ -76,6 +82,7 @@ def run_eos(ctx: BenchContext) -> ScenarioResult:
             )
     runs = [result.add(_best(m)) for m in measured]
     alo, eos, eos_fast = runs
+    _add_parallel_consumer(ctx, result, topic, records, workers, handler_s, partitions, eos)
     result.ratio("eos_vs_at_least_once", eos.figure, alo.figure)
     result.ratio("eos_short_interval_vs_at_least_once", eos_fast.figure, alo.figure)
     result.goal("eos_vs_at_least_once", eos.figure / max(alo.figure, 1e-9), 0.8, at_least=True)
@@ -91,6 +98,49 @@ def run_eos(ctx: BenchContext) -> ScenarioResult:
         "(producing and flushing an interval's outputs) under load"
     )
     return result
+
+
+def _add_parallel_consumer(
+    ctx: BenchContext,
+    result: ScenarioResult,
+    topic: str,
+    records: int,
+    workers: int,
+    handler_s: float,
+    partitions: int,
+    keyshared_eos: Measurement,
+) -> None:
+    """Parallel Consumer's consume -> produce, plain and transactional, on the same topic and
+    timed by the same reader (when its jars are installed: ``keyshared bench --install-peers``)."""
+    install = parallel_consumer_install()
+    if install is None:
+        result.notes.append(skip_note())
+        return
+    pc: dict[bool, Measurement] = {}
+    for transactional in (False, True):
+        label = f"parallel-consumer {install.version}, " + (
+            "PERIODIC_TRANSACTIONAL_PRODUCER" if transactional else "asynchronous commits"
+        )
+        ctx.say(f"eos: {label}")
+        out = ctx.new_topic("eos-out", partitions)
+        reader = _OutputReader(ctx.bootstrap, out, records)
+        reader.start()
+        try:
+            run_parallel_consumer(install, ctx.bootstrap, topic, ctx.new_group("eos-pc"),
+                                  records, handler_s, workers, timeout=300, output=out,
+                                  transactional=transactional)  # fmt: skip
+            m = pc[transactional] = result.add(reader.measurement(label, timeout=120))
+            result.notes.append(
+                f"{label}: {m.figure:,.0f} outputs/s, output latency p50 "
+                f"{m.extra['latency_p50_ms']:.0f} ms, p99 {m.extra['latency_p99_ms']:.0f} ms"
+            )
+        except (PeerRunError, RuntimeError) as exc:
+            reader.stop()
+            result.notes.append(f"{label}: failed ({exc})")
+    if True in pc:
+        result.ratio("keyshared_eos_vs_pc_transactional", keyshared_eos.figure, pc[True].figure)
+    if True in pc and False in pc:
+        result.ratio("pc_transactional_vs_pc_plain", pc[True].figure, pc[False].figure)
 
 
 def _best(runs: list[Measurement]) -> Measurement:
@@ -119,12 +169,9 @@ def _measure(
              **KEYED_PRODUCER}
         )  # fmt: skip
     sent = [0]
-    first_write = [0.0]
 
     def write(record: Record) -> None:
         now = time.time()
-        if not first_write[0]:
-            first_write[0] = now  # a benign race: any of the first writes' times will do
         headers: list[tuple[str, str | bytes | None]] = [(_T, struct.pack(">d", now))]
         if record.output is not None:
             record.output.produce(out, key=record.raw_key, value=record.value, headers=headers)
@@ -154,7 +201,7 @@ def _measure(
     )
     if producer is not None:
         producer.flush(60)
-    return reader.measurement(label, first_write[0], timeout=120)
+    return reader.measurement(label, timeout=120)
 
 
 class _OutputReader:
@@ -175,6 +222,7 @@ class _OutputReader:
         self._expected = expected
         self._latencies: list[float] = []
         self._last = 0.0
+        self._earliest = float("inf")
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="eos-reader", daemon=True)
 
@@ -190,14 +238,20 @@ class _OutputReader:
                     now = self._last = time.time()
                     stamp = dict(msg.headers() or ()).get(_T)
                     written = struct.unpack(">d", stamp)[0] if isinstance(stamp, bytes) else now
+                    self._earliest = min(self._earliest, written)
                     self._latencies.append(now - written)
                 if len(self._latencies) >= self._expected:
                     self._done.set()
         finally:
             self._consumer.close()
 
-    def measurement(self, label: str, started: float, timeout: float) -> Measurement:
-        """Outputs per second from the first handler's write to the last output readable."""
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(10)
+
+    def measurement(self, label: str, timeout: float) -> Measurement:
+        """Outputs per second from the first handler's write (the earliest stamp) to the last
+        output readable."""
         self._done.wait(timeout)
         self._done.set()
         self._thread.join(10)
@@ -209,4 +263,4 @@ class _OutputReader:
             "latency_p50_ms": round(statistics.median(ordered) * 1000, 1),
             "latency_p99_ms": round(ordered[int(0.99 * (len(ordered) - 1))] * 1000, 1),
         }
-        return Measurement(label, got, max(self._last - started, 1e-6), extra=extra)
+        return Measurement(label, got, max(self._last - self._earliest, 1e-6), extra=extra)
