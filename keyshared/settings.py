@@ -168,10 +168,6 @@ class ConsumerOptions:
                 "cannot take part in a Kafka transaction (outputs and cursor could not be "
                 "committed atomically); use partition or exclusive mode",
             )
-        if self.exactly_once and self.batch_size is not None:
-            raise ConfigurationError(
-                "exactly_once", "is not available with batch handlers (batch_size) yet"
-            )
         default = (
             PoisonPolicy.BLOCK_AND_DEAD_LETTER
             if self.mode == "exclusive"

@@ -13,7 +13,7 @@ __all__ = ["check_arguments", "topic_list"]
 
 
 def check_arguments(options: ConsumerOptions, coordinator: Any, handler: Any) -> None:
-    """The combinations of mode, coordinator, handler style and exactly-once that cannot work."""
+    """The combinations of mode, coordinator and handler style that cannot work."""
     if options.mode == "key_shared" and coordinator is None:
         raise ConfigurationError(
             "coordinator",
@@ -26,10 +26,6 @@ def check_arguments(options: ConsumerOptions, coordinator: Any, handler: Any) ->
         )
     if handler is not None and not callable(handler):
         raise ConfigurationError("handler", f"must be callable, got {handler!r}")
-    if options.exactly_once and handler is None:
-        raise ConfigurationError(
-            "exactly_once", "needs a handler: pull style (handler=None) is not supported yet"
-        )
     if handler is None and options.batch_size is not None:
         raise ConfigurationError(
             "batch_size", "is for batch handlers; pull style (handler=None) takes one by one"

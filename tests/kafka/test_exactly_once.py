@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from keyshared import KeySharedConsumer, RetryPolicy
+from keyshared import BatchError, KeySharedConsumer, RetryPolicy
 from keyshared.dev import LocalCluster
 from keyshared.errors import ConfigurationError
 from keyshared.kafka.transactions import producer_config
@@ -105,13 +105,14 @@ def test_key_shared_mode_refuses_exactly_once() -> None:
         )
 
 
-@pytest.mark.parametrize("mode", ["partition", "exclusive", "async"])
+@pytest.mark.parametrize("mode", ["partition", "exclusive", "async", "batch", "pull"])
 def test_outputs_and_dead_letters_exactly_once_in_process(
     kafka_bootstrap: str, new_topic, new_group, mode: str
 ) -> None:
     """A clean run: every output and every dead letter once, in per-key order. Exclusive mode
     (serial per partition) has no poison records: it only blocks poisoned keys. ``async``: an
-    ``async def`` handler in partition mode."""
+    ``async def`` handler; ``batch``: a batch handler failing its poison records through
+    ``BatchError``; ``pull``: ``records()`` with ``ack``/``nack`` (all in partition mode)."""
     source = new_topic(partitions=3)
     out = new_topic(partitions=2)
     dlq = new_topic(partitions=1)
@@ -130,18 +131,40 @@ def test_outputs_and_dead_letters_exactly_once_in_process(
     async def handle_async(record) -> None:  # type: ignore[no-untyped-def]
         handle(record)
 
+    def handle_batch(batch) -> None:  # type: ignore[no-untyped-def]
+        failures: dict[int, BaseException] = {}
+        for index, record in enumerate(batch):
+            try:
+                handle(record)
+            except ValueError as exc:
+                failures[index] = exc
+        if failures:
+            raise BatchError(failures)
+
+    handler = {"async": handle_async, "batch": handle_batch, "pull": None}.get(mode, handle)
     consumer = KeySharedConsumer(
         {"bootstrap.servers": kafka_bootstrap, "group.id": group},
         [source],
-        handle_async if mode == "async" else handle,
+        handler,
         workers=8,
         exactly_once=True,
         mode="exclusive" if mode == "exclusive" else "partition",
         commit_interval=0.2,
         dlq_topic=dlq,
         retry=RetryPolicy(max_attempts=1),
+        batch_size=10 if mode == "batch" else None,
     )
-    thread = threading.Thread(target=consumer.run, daemon=True)
+
+    def pull() -> None:
+        for record in consumer.records():
+            try:
+                handle(record)
+            except ValueError as exc:
+                consumer.nack(record, exc)
+            else:
+                consumer.ack(record)
+
+    thread = threading.Thread(target=pull if mode == "pull" else consumer.run, daemon=True)
     thread.start()
     try:
         _committed_to_end(kafka_bootstrap, group, source, 60)
