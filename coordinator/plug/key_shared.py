@@ -35,6 +35,7 @@ from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease
 from coordinator.members import MemberInfo
 from coordinator.plug.deferred_rebuild import DeferredRebuild
+from coordinator.plug.handback import HandBack
 from coordinator.plug.held_ranges import HeldRanges
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
@@ -96,7 +97,9 @@ class KeySharedMember:
             self._leases,
             lambda lease: zk.cursor_writer(self._group, lease),
             self._gate.metrics.fenced,
+            HandBack(self._dispatcher, self._gate.connected),
         )
+        self._states: list[PartitionState] = []  # of the current assignment: a lease waits for them
         self._next_watermark = 0.0
         self._assign_retry_at: float | None = None
         self._regain_at: float | None = None  # granted ranges wait until then to be read
@@ -142,7 +145,7 @@ class KeySharedMember:
         due = regain_at is not None and time.monotonic() >= regain_at
         if (due or self._deferred.ready()) and not self._gate.lost:
             self._rebuild(drop=[])
-        self._held.release_finished(self._dispatcher.lock, self._gate.suspended)
+        self._held.hand_back.tick()
         if self._topics.changed() and not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # partitions added, or the topic recreated: read them all
 
@@ -156,12 +159,12 @@ class KeySharedMember:
             # the last to leave sees every other member's final cursors.
             self._commit_low_watermark(wait=True)
         self._queue.cancel_all()
-        self._held.release_all()
+        self._held.release_all(self._states)  # each lease stands while a call of its keys runs
         self._gate.stop()
         with contextlib.suppress(Exception):
             if self._membership is not None:
                 self._membership.leave()
-        self._zk.close()
+        self._held.hand_back.leave(self._zk.close)
 
     # -- Ownership ------------------------------------------------------------------------------
 
@@ -278,13 +281,7 @@ class KeySharedMember:
         drained = events.revoked(list(self._assigned)) if self._assigned else True
         committed = self._flushed
         for slots in drop:
-            self._held.give_up(
-                slots,
-                drained=drained,
-                committed=committed,
-                suspended=self._gate.suspended,
-                stragglers=old_states,
-            )
+            self._held.give_up(slots, drained=drained, committed=committed, stragglers=old_states)
         self._assign_from_cursors()
 
     def _assign_from_cursors(self) -> None:
@@ -299,6 +296,7 @@ class KeySharedMember:
             with contextlib.suppress(Exception):
                 self._consumer.assign([])
             self._assigned = []
+            self._states = []
             self._claims = {}
         else:
             self._assign_retry_at = None
@@ -326,11 +324,9 @@ class KeySharedMember:
         self._assigned = [(tp.topic, tp.partition) for tp in targets]
         if self._assigned:
             events.assigned(list(self._assigned))
-        for tp in self._assigned:
-            state = events.states.get(tp)
-            claims = self._claims[tp]
-            if state is not None:
-                state.fencing = token_lookup(claims, self._slot)
+        self._states = [events.states[tp] for tp in self._assigned if tp in events.states]
+        for state in self._states:
+            state.fencing = token_lookup(self._claims[state.tp], self._slot)
         slots_held = sum(slots.hi - slots.lo + 1 for slots in self._held)
         for topic in self._ctx.topics:
             self._gate.metrics.owned(topic, ranges=len(self._held), slots=slots_held)
@@ -379,6 +375,7 @@ class KeySharedMember:
         if self._assigned:
             events.lost(list(self._assigned))
         self._assigned = []
+        self._states = []
         with contextlib.suppress(KafkaException):
             self._consumer.assign([])
         # Handlers of the fenced work may still run: wait for them (bounded) before this member

@@ -87,6 +87,10 @@ class SessionGate:
         )
         self._prober.start()
 
+    def connected(self) -> bool:
+        """Whether ZooKeeper can be written for this session now (not suspended, not lost)."""
+        return not (self.suspended or self.lost)
+
     def live(self) -> bool:
         """Whether a round trip to ZooKeeper succeeded recently enough to trust the session."""
         return time.monotonic() < self._alive_until
