@@ -255,6 +255,8 @@ class ExclusiveMember:
         states = list(states)
         if not states:
             return True
+        if self._gate.suspended:
+            self._gate.await_connection()  # refused now, the next member would redo them
         if not self._still_active():
             return False
         assert self._committer is not None

@@ -106,7 +106,9 @@ class KeySharedMember:
         self._deferred = DeferredRebuild(self._dispatcher, self._options.drain_timeout, self._me)
         self._decoded: Decoded = {}  # the last read's decoded cursors (see stored_cursors)
         self._flushed = True  # did every cursor write since the last drain go through?
-        self._queue = LeaseQueue(self._leases, context.inbox, self._gate.metrics, self._granted)
+        self._queue = LeaseQueue(
+            self._leases, context.inbox, self._gate.metrics, self._granted, self._give_back
+        )
         self._topics = TopicWatch.of(zk.client, zk.layout(self._group), context)
         self._stamps: dict[TP, Incarnation] = {}  # the incarnations the claims were read in
         self._leader: Any = None
@@ -157,7 +159,7 @@ class KeySharedMember:
             # cursor, so lag tools see the end even if no leader is left to do it later. Every
             # member does it, even one holding nothing right now (its ranges may be moving):
             # the last to leave sees every other member's final cursors.
-            self._commit_low_watermark(wait=True)
+            self._topics.commit_low_watermark(self._consumer, leaving=True)
         self._queue.cancel_all()
         self._held.release_all(self._states)  # each lease stands while a call of its keys runs
         self._gate.stop()
@@ -202,7 +204,9 @@ class KeySharedMember:
             if now >= self._next_watermark:
                 # Until the first one lands, try at every commit interval: before it, Kafka (and
                 # every lag tool) does not know the group at all.
-                committed = self._commit_low_watermark()
+                # Kafka's offsets up to the ranges' cursors (lag tools), superseded cursors
+                # collected (TopicWatch.commit_low_watermark).
+                committed = self._topics.commit_low_watermark(self._consumer)
                 self._next_watermark = now + (_WATERMARK_EVERY if committed else 0.0)
 
     def commit_sync(self, states: Any) -> bool:
@@ -227,12 +231,6 @@ class KeySharedMember:
         self._flushed = self._flushed and ok
         return ok
 
-    def _commit_low_watermark(self, wait: bool = False) -> bool:
-        """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), and
-        collect the cursors superseded since (every re-read reads all of them) or of another
-        topic incarnation (:meth:`TopicWatch.commit_low_watermark`; ``wait``: leaving)."""
-        return self._topics.commit_low_watermark(self._consumer, leaving=wait)
-
     # -- applying assignments (poll thread, through the inbox) ---------------------------------
 
     def _on(self, change: AssignmentChange) -> None:
@@ -255,7 +253,7 @@ class KeySharedMember:
 
     def _granted(self, slots: SlotRange, lease: Lease) -> None:
         if self._closing or self._gate.lost or slots not in self._desired:
-            self._leases.release(lease)
+            self._give_back(slots, lease)
             return
         self._held.add(slots, lease)
         # A read from the cursors drains the whole member and costs ZooKeeper and broker round
@@ -267,6 +265,10 @@ class KeySharedMember:
             self._rebuild(drop=[])
         elif self._regain_at is None:
             self._regain_at = time.monotonic() + _REGAIN_COALESCE_S
+
+    def _give_back(self, slots: SlotRange, lease: Lease) -> None:
+        """A lease granted after it stopped being wanted: released, with retry."""
+        self._held.hand_back.add(str(slots), lambda: self._leases.release(lease))
 
     def _rebuild(self, drop: list[SlotRange]) -> None:
         """Drain, write cursors, release ``drop``'s leases, then read again from the cursors of
