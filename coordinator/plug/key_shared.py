@@ -154,11 +154,10 @@ class KeySharedMember:
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""
         self._closing = True
-        if not self._gate.lost and not self._gate.suspended:
-            # Its final cursors are written: bring the group's Kafka offsets up to every range's
-            # cursor, so lag tools see the end even if no leader is left to do it later. Every
-            # member does it, even one holding nothing right now (its ranges may be moving):
-            # the last to leave sees every other member's final cursors.
+        if self._consumer is not None and self._gate.connected():
+            # Final cursors written: bring the group's Kafka offsets up to every range's cursor,
+            # so lag tools see the end even with no leader left. Every member does it, even one
+            # holding nothing now: the last to leave sees every other member's final cursors.
             self._topics.commit_low_watermark(self._consumer, leaving=True)
         self._queue.cancel_all()
         self._held.release_all(self._states)  # each lease stands while a call of its keys runs
