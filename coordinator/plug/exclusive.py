@@ -37,7 +37,7 @@ from kazoo.exceptions import KazooException
 
 from coordinator.errors import AcquireCancelled
 from coordinator.exclusive import ExclusiveLock
-from coordinator.plug.handback import HandBack
+from coordinator.plug.handback import HandBack, gone
 from coordinator.plug.session_gate import SessionGate
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.commits import Committer
@@ -53,10 +53,6 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 _ACTIVE = "the active role"  # the one thing an exclusive member holds
-
-
-def _nothing() -> None:
-    """The release of a lock that went with its session."""
 
 
 class _Candidacy:
@@ -229,7 +225,7 @@ class ExclusiveMember:
             return
         events = self._require_events()
         # The lock went with the session; its handlers may still run: kept until they end.
-        self._hand_back.add(_ACTIVE, _nothing, self._states, alive=False)
+        self._hand_back.add(_ACTIVE, gone, self._states, alive=False)
         events.lost(list(self._assigned))
         self._assigned = []
         self._states = []

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from keyshared.kafka.dispatcher import Dispatcher
     from keyshared.kafka.partition import PartitionState
 
-__all__ = ["HandBack"]
+__all__ = ["HandBack", "gone"]
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +191,10 @@ class HandBack:
                 self._retry_pause.wait(_KEEPER_WAIT)
         log.info("stragglers finished after leaving: released")
         close()
+
+
+def gone() -> None:
+    """The release of a holding whose znode went with the session: nothing to delete."""
 
 
 def _running(states: list[PartitionState]) -> int:

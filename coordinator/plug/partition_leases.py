@@ -40,7 +40,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicP
 from kazoo.exceptions import KazooException
 
 from coordinator.leases import Lease, PendingLease
-from coordinator.plug.handback import HandBack
+from coordinator.plug.handback import HandBack, gone
 from coordinator.plug.lease_queue import wait_in_background
 from coordinator.plug.leased_commits import LeasedCommits
 from coordinator.plug.session_gate import SessionGate
@@ -97,7 +97,7 @@ class PartitionLeaseMember:
             self._directory,
             self._gate,
             self._held,
-            lambda tp, lease: context.inbox.post(_call(self._lease_gone, tp, lease)),
+            lambda tp, lease: context.inbox.post(_call(self._leasegone, tp, lease)),
         )
         self._closing = False
 
@@ -323,7 +323,7 @@ class PartitionLeaseMember:
             events.lost(held)
         self._hand_back.fence_all()
         for tp, state in self._state.items():
-            self._hand_back.add(_name(tp), _gone, [state], alive=False)
+            self._hand_back.add(_name(tp), gone, [state], alive=False)
         self._held.clear()
         self._state.clear()
         self._pause(self._assigned)
@@ -341,7 +341,7 @@ class PartitionLeaseMember:
             with contextlib.suppress(KafkaException):
                 self._consumer.pause(parts)
 
-    def _lease_gone(self, tp: TP, lease: Lease) -> None:
+    def _leasegone(self, tp: TP, lease: Lease) -> None:
         """Someone removed a lease this member held: stop the partition, queue for it again."""
         if self._held.get(tp) is not lease:
             return
@@ -349,7 +349,7 @@ class PartitionLeaseMember:
         self._held.pop(tp)
         state = self._state.pop(tp, None)
         if state is not None:
-            self._hand_back.add(_name(tp), _gone, [state], alive=False)
+            self._hand_back.add(_name(tp), gone, [state], alive=False)
         self._pause([tp])
         if tp in self._assigned:
             self._queue_for(tp)
@@ -361,10 +361,6 @@ class PartitionLeaseMember:
 
 def _name(tp: TP) -> str:
     return f"{tp[0]}[{tp[1]}]"
-
-
-def _gone() -> None:
-    """The release of a lease that went with the session (nothing to delete)."""
 
 
 def _tps(partitions: list[TopicPartition]) -> list[TP]:
