@@ -198,7 +198,11 @@ class ExclusiveMember:
             targets.append(TopicPartition(*tp) if offset is None else TopicPartition(*tp, offset))
         self._consumer.assign(targets)
         self._assigned = partitions
-        events.assigned(list(partitions))
+        try:
+            events.assigned(list(partitions))
+        except Exception as exc:  # e.g. the key-state read timed out
+            self._give_up(candidacy, exc)
+            return
         token = candidacy.lock.token
         self._states = [s for tp in partitions if (s := events.states.get(tp)) is not None]
         for state in self._states:
@@ -211,6 +215,17 @@ class ExclusiveMember:
             token,
             ", ".join(f"{t}[{p}]@{starts.get((t, p), (None, ''))[0]}" for t, p in partitions),
         )
+
+    def _give_up(self, candidacy: _Candidacy, exc: Exception) -> None:
+        """Activation failed: holding the lock while processing nothing would keep every
+        standby waiting for good. Give it up (with retry) and stand by again."""
+        log.error("%s could not become active (%r); standing by again", self._me, exc)
+        with contextlib.suppress(KafkaException):
+            self._consumer.assign([])
+        self._assigned = []
+        self._candidacy = None
+        self._hand_back.add(_ACTIVE, candidacy.give_up)
+        self._stand_by()
 
     # -- the session ------------------------------------------------------------------------------
 

@@ -284,13 +284,20 @@ class PartitionLeaseMember:
             return
         offset, metadata = starts.get(tp, (None, ""))
         where = offset if offset is not None else self._reset_position()
-        partition = TopicPartition(tp[0], tp[1], where)
-        self._consumer.seek(partition)
-        self._consumer.resume([TopicPartition(tp[0], tp[1])])
         self._held[tp] = lease
         self.commits.starts[tp] = (offset, metadata)
-        events.assigned([tp])
-        self.commits.starts.pop(tp, None)
+        try:  # seek raises while the fetcher has not started; assigned, on a key-state timeout
+            self._consumer.seek(TopicPartition(tp[0], tp[1], where))
+            self._consumer.resume([TopicPartition(tp[0], tp[1])])
+            events.assigned([tp])
+        except Exception as exc:  # retried from tick: a lease neither used nor released blocks
+            log.warning("%s[%d]: starting failed (%r); retrying", *tp, exc)
+            self._held.pop(tp)
+            self._pause([tp])
+            self._ready[tp] = lease
+            return
+        finally:
+            self.commits.starts.pop(tp, None)
         state = events.states.get(tp)
         if state is not None:
             self._state[tp] = state
