@@ -4,7 +4,8 @@ Run against the local cluster (one command; Ctrl-C stops it)::
 
     eval "$(keyshared dev up)" && python examples/metrics_consumer.py
 
-It serves ``/metrics`` (and ``/hotkeys``) on port 9464, the port ``grafana/prometheus/
+It serves ``/metrics`` (and ``/hotkeys``, and the Kubernetes probes ``/healthz`` and
+``/readyz``) on port 9464, the port ``grafana/prometheus/
 prometheus.yml`` scrapes (replace its targets with ``127.0.0.1:9464`` for a local Prometheus, or
 run Prometheus and Grafana as in ``grafana/README.md``), and feeds itself a steady stream of
 sensor readings: variable handler latency, one hot sensor, and an occasional reading that always
@@ -44,7 +45,15 @@ def ensure_topics(bootstrap: str, topic: str) -> None:
 
 def feed(bootstrap: str, topic: str, rate: float, stop: threading.Event) -> None:
     """Readings of 200 sensors at ``rate`` a second; sensor-000 is hot; 1 in 500 is corrupt."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    # murmur2_random: a sensor's readings land where a Java producer of the topic puts them
+    # (librdkafka's default partitioner would split each sensor over two partitions).
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "partitioner": "murmur2_random",
+        }
+    )
     rng = random.Random(3)
     sent = 0
     began = time.monotonic()
@@ -99,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     thread.start()
     consumer.wait_started(60)
     print(f"metrics: {consumer.metrics_url}", flush=True)
+    base = str(consumer.metrics_url).rsplit("/", 1)[0]
+    print(f"probes: {base}/healthz (liveness) {base}/readyz (readiness)", flush=True)
     print(f"prometheus target: {args.metrics_host}:{args.metrics_port} (job keyshared)", flush=True)
     feeder = threading.Thread(
         target=feed, args=(args.bootstrap_servers, args.topic, args.rate, stop), daemon=True

@@ -133,6 +133,13 @@ def panels() -> list[Json]:
         thresholds=[("green", None), ("red", 1)],
     )
     g.panel(
+        "Keys split across partitions",
+        "Sampled keys seen in two partitions of a topic: producers disagree on the partitioner "
+        "(CRC32 vs murmur2) or partitions were added; per-key order is broken. See the runbook.",
+        [(increase("keyshared_keys_split_across_partitions_total", "topic", P), "{{topic}}")],
+        thresholds=[("green", None), ("red", 1)],
+    )
+    g.panel(
         "Filtered and skipped",
         "Records no key filter accepts, and records already finished before a restart.",
         [

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from keyshared.core.poison import DeserializationError, DoNotRetry, PoisonPolicy, RetryPolicy
-from keyshared.errors import ConfigurationError, KeySharedError, UnreachableError
+from keyshared.errors import BatchError, ConfigurationError, KeySharedError, UnreachableError
 from keyshared.record import Record
 from keyshared.settings import ConsumerOptions
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from keyshared.kafka.consumer import KeySharedConsumer
 
 __all__ = [
+    "BatchError",
     "ConfigurationError",
     "ConsumerOptions",
     "DeserializationError",

@@ -7,6 +7,7 @@ construction that names the property, never a silent override.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,8 @@ from keyshared.errors import ConfigurationError
 
 __all__ = ["MODES", "ConsumerOptions", "build_kafka_config"]
 
-Deserializer = Callable[[bytes | None], Any]
+# bytes -> object, or a confluent_kafka.serialization.Deserializer (called with its context)
+Deserializer = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class ConsumerOptions:
     :param poison_by_topic: per-topic overrides of ``poison``.
     :param dlq_topic: DLQ topic; ``{topic}`` is replaced by the source topic.
     :param key_deserializer: applied on the worker; a raise takes the poison path, no retry.
+        A ``bytes -> object`` callable, or a confluent-kafka ``Deserializer`` (such as
+        ``AvroDeserializer(schema_registry_client)``), called with its ``SerializationContext``.
     :param value_deserializer: as ``key_deserializer``, for values.
     :param metrics_port: serve Prometheus metrics on this port (0 picks one); None: off.
     :param metrics_host: address of the metrics endpoint; loopback unless set for containers.
@@ -54,11 +58,27 @@ class ConsumerOptions:
         back (the oldest unfinished one) is reported as stuck: one warning naming its topic,
         partition, offset and key. Checked once a second, never per record. A minute is longer
         than a healthy handler takes and short enough for an operator to act before lag grows.
+        Such a partition also makes ``/readyz`` fail.
+    :param wedged_after: seconds without a poll-loop iteration after which ``/healthz`` fails
+        (the process is wedged). None (default) derives it as ``drain_timeout + 3 *
+        startup_timeout`` (120 s by default): the longest one healthy iteration may block, a
+        revoke's drain plus its commit, or an assignment reading committed offsets and parked
+        keys. Handlers never count: they run on workers, not on the poll thread.
     :param redact: ``str -> str``, applied to every text keyshared derives from a record or a
         handler's error before it leaves the process: keys in log lines and ``/hotkeys``, error
         messages and tracebacks in logs, DLQ error headers and blocked-key reasons. A raise
         shows ``<redaction failed>``, never the raw text. The dead letter's own key, value and
         headers are never changed (replay needs them byte for byte).
+    :param tracing: OpenTelemetry spans per handler call (the ``otel`` extra): ``True`` uses
+        the global TracerProvider, a TracerProvider uses that one, ``False`` (default) costs
+        nothing. Each span continues the trace in the record's ``traceparent`` header.
+    :param batch_size: hand the handler a ``list[Record]`` of up to this many records instead
+        of one record (None: one record per call). A batch holds only records that may run
+        now, so never two of one ordered key; per-key order is the same as for single records.
+        A handler raising :class:`keyshared.BatchError` fails only the records it names.
+    :param batch_linger: seconds a worker with fewer than ``batch_size`` records waits for
+        more before calling the handler. 0 (the default) adds no latency: under load records
+        queue while the previous batch runs, so batches fill by themselves.
     """
 
     workers: int = 16
@@ -80,7 +100,11 @@ class ConsumerOptions:
     mode: str = "partition"
     ack_timeout: float = 300.0
     stuck_after: float = 60.0
+    wedged_after: float | None = None
     redact: Redactor | None = None
+    tracing: Any = False  # bool or an opentelemetry TracerProvider (an optional dependency)
+    batch_size: int | None = None
+    batch_linger: float = 0.0
 
     def __post_init__(self) -> None:
         positive_ints = ("workers", "max_window", "per_worker_capacity")
@@ -107,6 +131,19 @@ class ConsumerOptions:
                 raise ConfigurationError(
                     name, f"must be a positive, finite number of seconds, got {value!r}"
                 )
+        self._check_batching()
+        if self.wedged_after is not None and not (
+            isinstance(self.wedged_after, (int, float))
+            and not isinstance(self.wedged_after, bool)
+            and math.isfinite(self.wedged_after)
+            and self.wedged_after > self.drain_timeout
+        ):
+            raise ConfigurationError(
+                "wedged_after",
+                f"must be a finite number of seconds above drain_timeout "
+                f"({self.drain_timeout:g}s: a revoke may hold the poll loop that long), "
+                f"got {self.wedged_after!r}",
+            )
         if self.mode not in MODES:
             raise ConfigurationError(
                 "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}"
@@ -131,6 +168,18 @@ class ConsumerOptions:
             raise ConfigurationError(
                 "redact", f"must be a callable taking and returning a str, got {self.redact!r}"
             )
+        for name in ("key_deserializer", "value_deserializer"):
+            deserializer = getattr(self, name)
+            if deserializer is not None and not callable(deserializer):
+                raise ConfigurationError(
+                    name, f"must be callable (or a confluent-kafka Deserializer): {deserializer!r}"
+                )
+            call = getattr(deserializer, "__call__", None)  # noqa: B004
+            if inspect.iscoroutinefunction(deserializer) or inspect.iscoroutinefunction(call):
+                raise ConfigurationError(
+                    name, "asynchronous deserializers are not supported: use the synchronous one "
+                    "(AvroDeserializer, not AsyncAvroDeserializer)",
+                )  # fmt: skip
         if not self.dlq_topic:
             raise ConfigurationError("dlq_topic", "must not be empty")
         for pattern in self.key_filters:
@@ -138,6 +187,26 @@ class ConsumerOptions:
                 raise ConfigurationError(
                     "key_filters", f"patterns must be non-empty strings: {pattern!r}"
                 )
+
+    def _check_batching(self) -> None:
+        size, linger = self.batch_size, self.batch_linger
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+            raise ConfigurationError(
+                "batch_size", f"must be a positive integer or None, got {size!r}"
+            )
+        if (
+            not isinstance(linger, (int, float))
+            or isinstance(linger, bool)
+            or not math.isfinite(linger)
+            or linger < 0
+        ):
+            raise ConfigurationError(
+                "batch_linger", f"must be a finite number of seconds >= 0, got {linger!r}"
+            )
+        if linger and size is None:
+            raise ConfigurationError(
+                "batch_linger", "only applies to batch handlers: set batch_size as well"
+            )
 
     def _policy(self, option: str, value: PoisonPolicy | str) -> PoisonPolicy:
         try:
@@ -150,6 +219,13 @@ class ConsumerOptions:
         except ValueError as exc:
             raise ConfigurationError(option, str(exc)) from None
         return policy
+
+    @property
+    def liveness_bound(self) -> float:
+        """Seconds the poll loop may go without an iteration before it counts as wedged."""
+        if self.wedged_after is not None:
+            return float(self.wedged_after)
+        return self.drain_timeout + 3 * self.startup_timeout
 
     def poison_for(self, topic: str) -> PoisonPolicy:
         """The terminal policy for records of ``topic``."""

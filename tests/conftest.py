@@ -4,7 +4,10 @@ Where the servers come from, first match wins:
 
 1. `KEYSHARED_BOOTSTRAP_SERVERS` / `KEYSHARED_ZOOKEEPER` (e.g. after
    `eval "$(keyshared dev env)"`): that cluster is used and never stopped by the tests.
-2. A Docker engine that answers, with `testcontainers` installed: containers for the session.
+2. `KEYSHARED_TEST_BACKEND=containers` (or `auto`): `keyshared.testing.kafka_cluster` chooses,
+   e.g. testcontainers of the locally built image (docs/local-cluster.md). Opt-in only, so a
+   machine that happens to run a Docker engine (CI does, for tests/testing/) keeps the suite
+   on the servers it was measured on.
 3. Otherwise a `LocalCluster` (java + the cached jars) in a temporary runtime folder owned by
    this session, started on first use and stopped at the end.
 
@@ -14,11 +17,11 @@ no server.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -30,6 +33,7 @@ from keyshared.dev.testing import (
     delete_topics,
     unique_name,
 )
+from keyshared.testing import BACKEND_ENV, Backend, kafka_cluster
 
 # Fixtures that need a live server: a test using any of them is an integration test.
 _SERVER_FIXTURES = {"kafka_bootstrap", "zookeeper_hosts", "local_cluster", "new_topic"}
@@ -62,9 +66,17 @@ class _Servers:
 
 @pytest.fixture(scope="session")
 def _session_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Servers]:
-    """Start Kafka and ZooKeeper for this session (testcontainers or a LocalCluster)."""
-    if _docker_answers():
-        yield from _container_servers()
+    """Start Kafka and ZooKeeper for this session (a LocalCluster unless the backend is set)."""
+    backend = cast(Backend, os.environ.get(BACKEND_ENV, "local"))
+    if backend != "local":
+        with kafka_cluster(backend) as chosen:
+            yield _Servers(
+                chosen.bootstrap_servers,
+                chosen.zookeeper_hosts,
+                chosen.local,
+                skip_reason=f"the session's servers are {chosen.backend}; "
+                "restart tests need a LocalCluster",
+            )
         return
     cluster = LocalCluster(tmp_path_factory.mktemp("keyshared-cluster"))
     try:
@@ -149,53 +161,3 @@ def new_group() -> GroupFactory:
         return unique_name(prefix)
 
     return make
-
-
-def _docker_answers() -> bool:
-    """Whether testcontainers is installed and a Docker engine answers a ping (3 s bound)."""
-    if importlib.util.find_spec("testcontainers") is None:
-        return False
-    try:
-        import docker  # type: ignore[import-untyped]
-
-        docker.from_env(timeout=3).ping()
-    except Exception:  # any failure means "no usable engine": fall back to a LocalCluster
-        return False
-    return True
-
-
-def _container_servers() -> Iterator[_Servers]:
-    """Kafka (KRaft) and ZooKeeper containers, configured like the LocalCluster."""
-    import time
-
-    from testcontainers.core.container import DockerContainer
-    from testcontainers.kafka import KafkaContainer
-
-    from keyshared.dev.zookeeper import answers_ruok
-
-    image = os.environ.get("KEYSHARED_KAFKA_IMAGE", "confluentinc/cp-kafka:7.9.0")
-    kafka = (
-        KafkaContainer(image)
-        .with_kraft()
-        .with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
-        .with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
-        .with_env("KAFKA_GROUP_COORDINATOR_REBALANCE_PROTOCOLS", "classic,consumer")
-    )
-    zookeeper = (
-        DockerContainer("zookeeper:3.9.4")
-        .with_exposed_ports(2181)
-        .with_env("ZOO_4LW_COMMANDS_WHITELIST", "ruok,stat,mntr")
-    )
-    with kafka, zookeeper:
-        host = zookeeper.get_container_host_ip()
-        port = int(zookeeper.get_exposed_port(2181))
-        deadline = time.monotonic() + 60
-        while not answers_ruok(port, host=host):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"ZooKeeper container at {host}:{port} never answered ruok")
-            time.sleep(0.2)
-        yield _Servers(
-            kafka.get_bootstrap_server(),
-            f"{host}:{port}",
-            skip_reason="the servers are testcontainers; restart tests need a LocalCluster",
-        )

@@ -39,6 +39,7 @@ from coordinator.errors import AcquireCancelled
 from coordinator.exclusive import ExclusiveLock
 from coordinator.plug.handback import HandBack, gone
 from coordinator.plug.session_gate import SessionGate
+from keyshared.core.health import Role
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
@@ -130,6 +131,14 @@ class ExclusiveMember:
         return bool(self._assigned)
 
     # -- Membership ------------------------------------------------------------------------------
+
+    def role(self) -> Role:
+        """Active while it holds the lock and its partitions; a standby while it contends with a
+        healthy session (ready: it takes over when the active member fails)."""
+        role = self._gate.role(joined=self._candidacy is not None)
+        if role is not Role.MEMBER:
+            return role
+        return Role.ACTIVE if self._assigned else Role.STANDBY
 
     def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
         self._consumer, self._events, self._topics = consumer, events, list(topics)

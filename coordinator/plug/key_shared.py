@@ -49,6 +49,7 @@ from coordinator.plug.session_gate import SessionGate
 from coordinator.plug.topic_watch import TopicWatch
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.filters import KeyFilter
+from keyshared.core.health import Role
 from keyshared.core.slots import SlotRange, slot_of
 from keyshared.kafka.seams import Accepts, MembershipEvents, PlugContext
 
@@ -150,6 +151,10 @@ class KeySharedMember:
         self._held.hand_back.tick()
         if self._topics.changed() and not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # partitions added, or the topic recreated: read them all
+
+    def role(self) -> Role:
+        """A member once the leader's first plan was applied (slot ranges or none)."""
+        return self._gate.role(joined=self._generation > 0)
 
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""

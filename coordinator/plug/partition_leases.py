@@ -44,6 +44,7 @@ from coordinator.plug.handback import HandBack, gone
 from coordinator.plug.lease_queue import wait_in_background
 from coordinator.plug.leased_commits import LeasedCommits
 from coordinator.plug.session_gate import SessionGate
+from keyshared.core.health import Role
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.startup import assigns_incrementally
@@ -120,6 +121,10 @@ class PartitionLeaseMember:
         log.info(
             "partition mode with leases: member %s of %s", self._ctx.member_id, self._ctx.group
         )
+
+    def role(self) -> Role:
+        """A member once the Kafka group's first assignment arrived, unless the session wavers."""
+        return self._gate.role(joined=self._generation > 0)
 
     def tick(self) -> None:
         """Release leases whose stragglers finished; start grants that waited for them."""

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from kazoo.client import KazooState
 
 from coordinator.session import SessionEvent, SessionState
+from keyshared.core.health import Role
 from keyshared.kafka.seams import PlugContext
 from keyshared.metrics import CoordinatorMetrics
 
@@ -177,6 +178,15 @@ class SessionGate:
             log.info("new ZooKeeper session: rejoining")
             self._ctx.dispatcher.resume_dispatch()
             self._on_renewed()
+
+    def role(self, joined: bool) -> Role:
+        """The member's role as the session allows it: fenced or suspended first, else
+        ``MEMBER`` once ``joined`` (any mode's idea of it) and ``JOINING`` before."""
+        if self.lost:
+            return Role.FENCED
+        if self.suspended:
+            return Role.SUSPENDED
+        return Role.MEMBER if joined else Role.JOINING
 
     def stop(self) -> None:
         self._stopping.set()

@@ -5,6 +5,7 @@ Every contender reads the same topic from the beginning with its own fresh group
 start to the ``records``-th handler finish, so the group join and start-up are excluded alike.
 
 - :func:`run_keyshared`: a :class:`~keyshared.KeySharedConsumer` with ``workers`` threads.
+- :func:`run_keyshared_batches`: the same with a batch handler (``batch_size``).
 - :func:`run_serial`: a plain confluent-kafka consumer handling records one by one, which is
   what a consumer group member does per partition.
 - :func:`run_thread_pool`: consume batches and throw every record at a thread pool: fast, but
@@ -25,7 +26,15 @@ from confluent_kafka import Consumer
 from keyshared.bench.result import Measurement
 from keyshared.record import Record
 
-__all__ = ["BenchError", "Tally", "run_keyshared", "run_raw", "run_serial", "run_thread_pool"]
+__all__ = [
+    "BenchError",
+    "Tally",
+    "run_keyshared",
+    "run_keyshared_batches",
+    "run_raw",
+    "run_serial",
+    "run_thread_pool",
+]
 
 Work = Callable[[], None]
 
@@ -42,6 +51,10 @@ class Tally:
         self.count = 0
         self.first: float | None = None
         self.last: float | None = None
+        # Records finished by ``last``: the figure's numerator. Handlers still running when
+        # the target was reached finish later and must not count (a batch handler's last
+        # calls would otherwise add hundreds of records to a window that had ended).
+        self.timed = 0
         self.done = threading.Event()
         self._lock = threading.Lock()
 
@@ -63,6 +76,7 @@ class Tally:
             self.count += records
             if self.count >= self.target and not self.done.is_set():
                 self.last = time.monotonic()
+                self.timed = self.count
                 self.done.set()
 
     def wait(self, label: str, timeout: float) -> None:
@@ -73,7 +87,7 @@ class Tally:
 
     def measurement(self, label: str, **extra: Any) -> Measurement:
         assert self.first is not None and self.last is not None
-        return Measurement(label, self.count, self.last - self.first, extra=dict(extra))
+        return Measurement(label, self.timed, self.last - self.first, extra=dict(extra))
 
 
 def _config(bootstrap: str, group: str, **more: Any) -> dict[str, Any]:
@@ -131,6 +145,56 @@ def run_keyshared(
         consumer.stop()
         thread.join(60)
     return tally.measurement(name, workers=workers)
+
+
+def run_keyshared_batches(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    records: int,
+    workers: int,
+    batch_size: int,
+    handle: Callable[[list[Record]], None] = lambda batch: None,
+    *,
+    label: str | None = None,
+    timeout: float = 600.0,
+    **options: Any,
+) -> Measurement:
+    """Time a KeySharedConsumer with a batch handler (``batch_size``) over ``records`` records;
+    each call counts its batch's records. ``extra`` says how many calls there were."""
+    from keyshared.kafka.consumer import KeySharedConsumer
+
+    tally = Tally(records)
+    calls = [0]
+
+    def handle_batch(batch: list[Record]) -> None:
+        tally.start()
+        handle(batch)
+        calls[0] += 1  # an estimate under threads (no lock): only reported, never asserted
+        tally.finish(len(batch))
+
+    consumer = KeySharedConsumer(
+        _config(bootstrap, group),
+        [topic],
+        handle_batch,
+        workers=workers,
+        batch_size=batch_size,
+        **options,
+    )
+    thread = threading.Thread(target=consumer.run, name="bench-keyshared-batch", daemon=True)
+    thread.start()
+    name = label or f"keyshared batches of <= {batch_size} ({workers} workers)"
+    try:
+        tally.wait(name, timeout)
+    finally:
+        consumer.stop()
+        thread.join(60)
+    return tally.measurement(
+        name,
+        workers=workers,
+        batch_size=batch_size,
+        mean_batch=round(records / max(calls[0], 1), 1),
+    )
 
 
 def _consume_loop(

@@ -38,6 +38,7 @@ SCENARIOS: dict[str, Scenario] = {}
 # The modules that register the built-in scenarios, in the order a full run executes them.
 _BUILTIN = (
     "noop",
+    "batch",
     "io",
     "io_work",
     "async_io",

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 
 from confluent_kafka import Producer
 
+from keyshared.kafka.client_config import KEYED_PRODUCER
+
 __all__ = [
     "SteadyProducer",
     "hottest",
@@ -74,6 +76,7 @@ def produce(bootstrap: str, topic: str, keys: Iterable[bytes], partition: int | 
             "linger.ms": 20,
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": 1_000_000,
+            **KEYED_PRODUCER,
         }
     )
     count = 0
@@ -99,7 +102,9 @@ class SteadyProducer:
     """
 
     def __init__(self, bootstrap: str, topic: str, rate: float, key_count: int) -> None:
-        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, **KEYED_PRODUCER}
+        )
         self._topic, self._rate, self._key_count = topic, rate, key_count
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-producer", daemon=True)

@@ -154,6 +154,32 @@ def fetch() -> None:
         _err.print(f"[green]✓[/] Spark's Kafka source in {spark_dir}")
 
 
+@dev.command()
+@click.option("--rebuild", is_flag=True, help="Build again even if the tag exists.")
+def image(rebuild: bool) -> None:
+    """Build the Kafka + ZooKeeper container image locally (no registry needed).
+
+    \b
+    Needs root, debootstrap, a Debian mirror and a Docker engine (DOCKER_HOST). The root file
+    system is cached in ~/.cache/keyshared/images; see docs/local-cluster.md.
+    """
+    from keyshared.dev.image import ensure_image
+    from keyshared.testing import docker_client
+
+    client = docker_client()
+    if client is None:
+        raise click.ClickException(
+            "no Docker engine answers (is DOCKER_HOST set, and the testcontainers extra "
+            "installed: pip install 'keyshared[docker]'?)"
+        )
+    _guarded(fetch_jars)
+    with _err.status("Building the image (debootstrap on first use, about a minute) ..."):
+        build = _guarded(ensure_image, client, rebuild=rebuild)
+    how = f"built in {build.seconds:.1f} s" if build.built else "already built"
+    _err.print(f"[green]✓[/] {build.tag}  {how}")
+    click.echo(build.tag)
+
+
 def _print_exports(status: ClusterStatus) -> None:
     """stdout gets only the eval-able lines, so `eval "$(keyshared dev up)"` works too."""
     for key, value in _guarded(status.env).items():

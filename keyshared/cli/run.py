@@ -25,26 +25,27 @@ log = logging.getLogger("keyshared.run")
 _DEFAULTS = ConsumerOptions()  # the CLI's defaults are the library's, from one place
 
 
-def load_handler(spec: str) -> Callable[..., Any]:
-    """Import ``module:function`` from the current directory (like ``python -m``)."""
+def load_handler(spec: str, param_hint: str = "HANDLER") -> Callable[..., Any]:
+    """Import ``module:function`` (or any callable object) from the current directory (like
+    ``python -m``)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise click.BadParameter(f"{spec!r} is not MODULE:FUNCTION", param_hint="HANDLER")
+        raise click.BadParameter(f"{spec!r} is not MODULE:FUNCTION", param_hint=param_hint)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(
-            f"cannot import {module_name!r}: {exc}", param_hint="HANDLER"
+            f"cannot import {module_name!r}: {exc}", param_hint=param_hint
         ) from None
     target: Any = module
     for part in attr.split("."):
         target = getattr(target, part, None)
         if target is None:
-            raise click.BadParameter(f"{module_name!r} has no {attr!r}", param_hint="HANDLER")
+            raise click.BadParameter(f"{module_name!r} has no {attr!r}", param_hint=param_hint)
     if not callable(target):
-        raise click.BadParameter(f"{spec} is not callable", param_hint="HANDLER")
+        raise click.BadParameter(f"{spec} is not callable", param_hint=param_hint)
     return target  # type: ignore[no-any-return]
 
 
@@ -131,7 +132,8 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
-    help="Serve Prometheus metrics on 127.0.0.1:PORT (0 picks a free port).",
+    help="Serve /metrics, /hotkeys and the probes /healthz, /readyz on 127.0.0.1:PORT "
+    "(0 picks a free port).",
 )
 @click.option(
     "--metrics-host", default=_DEFAULTS.metrics_host, help="Address for the metrics endpoint."
@@ -149,6 +151,20 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     help="Seconds to wait for in-flight records on revoke and shutdown.",
 )
 @click.option(
+    "--stuck-after",
+    type=float,
+    default=_DEFAULTS.stuck_after,
+    help="Seconds before the record holding a partition back is reported stuck "
+    "(a warning, and /readyz fails).",
+)
+@click.option(
+    "--wedged-after",
+    type=float,
+    default=None,
+    help="Seconds without a poll-loop iteration before /healthz fails "
+    "[default: drain timeout + 3 x startup timeout].",
+)
+@click.option(
     "--commit-interval",
     type=click.FloatRange(min=0.01),
     default=_DEFAULTS.commit_interval,
@@ -159,6 +175,36 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     type=click.FloatRange(min=0.1),
     default=_DEFAULTS.startup_timeout,
     help="Seconds to wait for the broker before failing with a clear error.",
+)
+@click.option(
+    "--key-deserializer",
+    default=None,
+    metavar="MODULE:OBJ",
+    help="Key deserializer: a bytes -> object function or a confluent-kafka Deserializer "
+    "(e.g. an AvroDeserializer built in MODULE).",
+)
+@click.option(
+    "--value-deserializer", default=None, metavar="MODULE:OBJ", help="As --key-deserializer."
+)
+@click.option(
+    "--tracing/--no-tracing",
+    default=False,
+    help="OpenTelemetry span per handler call, to the global TracerProvider (needs the otel "
+    "extra; configure the SDK in the handler module or run under opentelemetry-instrument).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Call the handler with a list of up to N records (never two of one key) instead of "
+    "one record; raising keyshared.BatchError fails only the records it names.",
+)
+@click.option(
+    "--batch-linger",
+    type=click.FloatRange(min=0.0),
+    default=_DEFAULTS.batch_linger,
+    help="With --batch-size: seconds a worker waits for a short batch to fill (0: never waits; "
+    "under load batches fill while the previous one runs).",
 )
 @click.option(
     "-X",
@@ -188,16 +234,24 @@ def run(
     metrics_host: str,
     key_filters: tuple[str, ...],
     drain_timeout: float,
+    stuck_after: float,
+    wedged_after: float | None,
     commit_interval: float,
     startup_timeout: float,
+    key_deserializer: str | None,
+    value_deserializer: str | None,
+    tracing: bool,
+    batch_size: int | None,
+    batch_linger: float,
     properties: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Consume TOPIC with the handler MODULE:FUNC, in parallel per key, in order per key.
 
-    The handler gets a keyshared.Record and may be a plain or an async function; raising
-    means failure (retried, then the --poison policy applies). On SIGINT/SIGTERM the consumer
-    stops fetching, drains what is in flight, commits and exits; a second signal exits at once.
+    The handler gets a keyshared.Record (with --batch-size, a list of them) and may be a plain
+    or an async function; raising means failure (retried, then the --poison policy applies).
+    On SIGINT/SIGTERM the consumer stops fetching, drains what is in flight, commits and
+    exits; a second signal exits at once.
 
     Example: keyshared run myapp:handle -g orders -t orders --workers 64 --poison park
     """
@@ -226,6 +280,11 @@ def run(
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     fn = load_handler(handler)
+    deserializers = [
+        None if spec is None else load_handler(spec, hint)
+        for spec, hint in ((key_deserializer, "--key-deserializer"),
+                           (value_deserializer, "--value-deserializer"))
+    ]  # fmt: skip
     config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "group.id": group}
     config.update(parse_properties(properties))
     zk = None
@@ -263,17 +322,38 @@ def run(
             metrics_host=metrics_host,
             key_filters=key_filters,
             drain_timeout=drain_timeout,
+            stuck_after=stuck_after,
+            wedged_after=wedged_after,
             commit_interval=commit_interval,
             startup_timeout=startup_timeout,
+            key_deserializer=deserializers[0],
+            value_deserializer=deserializers[1],
+            tracing=tracing,
+            batch_size=batch_size,
+            batch_linger=batch_linger,
         )
     except KeySharedError as exc:
         raise click.UsageError(str(exc)) from None
+    if tracing:
+        warn_if_no_tracer_provider()
     if stop_requested:
         consumer.stop()  # the signal came while it was being built
     try:
         consumer.run()
     except KeySharedError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def warn_if_no_tracer_provider() -> None:
+    """Spans sent to OpenTelemetry's default (proxy) provider go nowhere: say so at the start,
+    not after an operator looked for traces that never came."""
+    from opentelemetry import trace
+
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        log.warning(
+            "--tracing: no OpenTelemetry TracerProvider is configured, so spans go nowhere; "
+            "set one in the handler module or run under opentelemetry-instrument"
+        )
 
 
 def _uses_zookeeper(mode: str, zookeeper: str | None, partition_leases: bool | None) -> bool:

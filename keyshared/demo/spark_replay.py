@@ -25,6 +25,7 @@ from rich.console import Console
 import keyshared
 from keyshared.demo.clientlog import CLIENT_LOG
 from keyshared.dev.testing import create_topic, delete_topics, unique_name
+from keyshared.kafka.client_config import KEYED_PRODUCER
 
 __all__ = ["SparkReplayOutcome", "run_spark_replay_demo"]
 
@@ -125,7 +126,12 @@ def run_spark_replay_demo(
     outcome = SparkReplayOutcome()
     try:
         producer = Producer(
-            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "logger": CLIENT_LOG}
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "logger": CLIENT_LOG,
+                **KEYED_PRODUCER,
+            }
         )
         for seq in range(1, _ORDERS_PER_CUSTOMER + 1):
             for c in range(_CUSTOMERS):

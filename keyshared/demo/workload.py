@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Producer
 
 from keyshared.demo.clientlog import CLIENT_LOG
+from keyshared.kafka.client_config import KEYED_PRODUCER
 
 __all__ = ["Order", "OrderWorkload", "ProducedSet", "customer_key"]
 
@@ -102,6 +103,7 @@ class OrderWorkload:
                 "enable.idempotence": True,
                 "linger.ms": 10,
                 "logger": CLIENT_LOG,
+                **KEYED_PRODUCER,
             }
         )
         for count, order in enumerate(self.orders(), start=1):

@@ -12,6 +12,7 @@ __all__ = [
     "ClusterNotRunningError",
     "ClusterStateError",
     "DevClusterError",
+    "ImageBuildError",
     "JarFetchError",
     "MissingToolError",
     "PortInUseError",
@@ -29,6 +30,10 @@ class MissingToolError(DevClusterError):
 
 class JarFetchError(DevClusterError):
     """Maven could not copy the pinned jars into the cache."""
+
+
+class ImageBuildError(DevClusterError):
+    """The container image of the servers could not be built (debootstrap or the engine failed)."""
 
 
 class PortInUseError(DevClusterError):

@@ -30,6 +30,7 @@ __all__ = [
     "KafkaFiles",
     "answers_metadata",
     "broker_settings",
+    "format_command",
     "format_storage",
     "is_formatted",
     "kafka_files",
@@ -184,14 +185,7 @@ def format_storage(java: str, jars_dir: Path, files: KafkaFiles) -> None:
 
     A short-lived JVM: the client compiler and a small serial heap start it fastest.
     """
-    command = [
-        java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-        f"-Dlog4j2.configurationFile={files.log4j_config}",
-        "-cp", classpath(jars_dir),
-        "kafka.tools.StorageTool", "format",
-        "--cluster-id", _new_cluster_id(),
-        "--config", str(files.config),
-    ]  # fmt: skip
+    command = format_command(java, jars_dir, files)
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     if result.returncode != 0 or not is_formatted(files):
         output = (result.stdout + result.stderr).strip()[-2000:]
@@ -200,6 +194,19 @@ def format_storage(java: str, jars_dir: Path, files: KafkaFiles) -> None:
             f"{output}",
             files.log_file,
         )
+
+
+def format_command(java: str, jars_dir: Path, files: KafkaFiles) -> list[str]:
+    """Kafka's `StorageTool format` command line, with a fresh cluster id (also run in the
+    test containers, where no Python runs next to the broker)."""
+    return [
+        java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+        f"-Dlog4j2.configurationFile={files.log4j_config}",
+        "-cp", classpath(jars_dir),
+        "kafka.tools.StorageTool", "format",
+        "--cluster-id", _new_cluster_id(),
+        "--config", str(files.config),
+    ]  # fmt: skip
 
 
 def server_command(java: str, jars_dir: Path, files: KafkaFiles, heap_mb: int) -> list[str]:

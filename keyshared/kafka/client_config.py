@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["client_properties"]
+__all__ = ["KEYED_PRODUCER", "client_properties"]
+
+# Every producer of ours that lets the key pick the partition: murmur2, the Java client's
+# default, so a key lands where a Java (Kafka Streams, Connect) producer of the same topic puts
+# it. librdkafka's default (consistent_random, CRC32) sends the same key elsewhere, which
+# splits the key over two partitions and breaks its order for every consumer of the topic.
+KEYED_PRODUCER: dict[str, str] = {"partitioner": "murmur2_random"}
 
 # Connection and identity: what a producer or admin client built beside the consumer needs to
 # reach the same cluster the same way. Everything else is consumer-specific.

@@ -16,16 +16,19 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from keyshared.core.poison import PoisonPolicy
 from keyshared.core.redaction import shown_key
 from keyshared.errors import ConfigurationError, KeySharedError
+from keyshared.kafka.batch_workers import BatchAsyncRunner, BatchThreadWorkers
+from keyshared.kafka.batches import BatchHandler
 from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.dlq import DeadLetterWriter
 from keyshared.kafka.execution import RecordExecutor
+from keyshared.kafka.health_view import HealthView
 from keyshared.kafka.hotkeys_view import hot_keys_report
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.poll_loop import PollLoop
@@ -33,6 +36,7 @@ from keyshared.kafka.pull import PullQueue
 from keyshared.kafka.scheduler import Scheduler
 from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox, Runner
 from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
+from keyshared.kafka.tracing import handler_tracer
 from keyshared.kafka.workers import AsyncRunner, ThreadWorkers
 from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
 from keyshared.record import Record
@@ -64,6 +68,9 @@ class KeySharedConsumer:
     :param topics: topics to subscribe to.
     :param handler: called with each :class:`keyshared.Record`; a plain function runs on a
         worker thread, an ``async def`` function on an event loop. Raising means failure.
+        With ``batch_size=N`` it is called with a ``list[Record]`` of up to N records instead
+        (never two of one key); raising :class:`keyshared.BatchError` fails only the records
+        it names, any other exception fails the whole batch.
         ``None`` selects the pull style: iterate :meth:`records`, then :meth:`ack`/:meth:`nack`.
     :param coordinator: a ``coordinator.ZooKeeperCoordinator``: required by ``key_shared``
         mode (members split the slot space), optional in ``partition`` mode (partition leases:
@@ -77,7 +84,7 @@ class KeySharedConsumer:
         self,
         config: Mapping[str, Any],
         topics: Iterable[str],
-        handler: Callable[[Record], Any] | None,
+        handler: Callable[[Record], Any] | BatchHandler | None,
         *,
         coordinator: Coordination | None = None,
         options: ConsumerOptions | None = None,
@@ -120,11 +127,21 @@ class KeySharedConsumer:
             raise ConfigurationError("topics", "must be a non-empty list of topic names")
         if handler is not None and not callable(handler):
             raise ConfigurationError("handler", f"must be callable, got {handler!r}")
-        self._handler = handler
+        if handler is None and options.batch_size is not None:
+            raise ConfigurationError(
+                "batch_size", "is for batch handlers; pull style (handler=None) takes one by one"
+            )
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)  # noqa: B004
         )
         self.group = str(self._config["group.id"])
+        self._tracer = handler_tracer(options.tracing, self.group, options.redact)
+        if self._tracer is not None and handler is not None:
+            if options.batch_size is not None:
+                handler = self._tracer.wrap_batch(cast(BatchHandler, handler), self._is_async)
+            else:
+                handler = self._tracer.wrap(cast(Callable[[Record], Any], handler), self._is_async)
+        self._handler = handler
         self.member = str(
             self._config.get("client.id")
             or f"{socket.gethostname()}-{os.getpid()}-{next(_member_seq)}"
@@ -187,6 +204,11 @@ class KeySharedConsumer:
         metrics = ConsumerMetrics(self.group, self.member)
         stack.callback(metrics.close)
         metrics.set_workers(options.workers)
+        for topic in (t for t in self.topics if not t.startswith("^")):
+            # Known topics' series start at zero; a pattern subscription's appear on use.
+            metrics.expect_topic(topic)
+            if options.poison_for(topic).dead_letters:
+                metrics.expect_dlq(options.dlq_topic_for(topic))
         scheduler = Scheduler()
         stack.callback(scheduler.close)
         dlq = DeadLetterWriter(
@@ -215,7 +237,13 @@ class KeySharedConsumer:
             options, runner.count, runner.submit, on_draining=runner.on_draining
         )
         executor = RecordExecutor(
-            options, self._handler, self._dispatcher, scheduler.call_later, dlq, self._keystate
+            options,
+            None if options.batch_size else cast(Callable[[Record], Any], self._handler),
+            self._dispatcher,
+            scheduler.call_later,
+            dlq,
+            self._keystate,
+            self._tracer,
         )
         runner.bind(executor)
         consumer = self._consumer
@@ -248,6 +276,7 @@ class KeySharedConsumer:
                 options.metrics_port,
                 options.metrics_host,
                 hotkeys=lambda: hot_keys_report(self._loop, redact=options.redact),
+                health=HealthView(self._loop, options, self._stop),
             )
             stack.callback(self._metrics_server.close)
             log.info("metrics at %s", self._metrics_server.url)
@@ -271,6 +300,10 @@ class KeySharedConsumer:
         if self._handler is None:
             self._pull = PullQueue(options.workers, options.ack_timeout, scheduler.call_later)
             return self._pull
+        if options.batch_size is not None:
+            batched = BatchAsyncRunner if self._is_async else BatchThreadWorkers
+            handler = cast(BatchHandler, self._handler)  # batch_size says it takes lists
+            return batched(options.workers, handler, options.batch_size, options.batch_linger)
         if self._is_async:
             return AsyncRunner(options.workers)
         return ThreadWorkers(options.workers)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from keyshared.core.ring import WorkerRing
+from keyshared.core.split_keys import SplitKeyDetector
 from keyshared.core.window import Entry, InFlightWindow
 from keyshared.kafka.partition import Blocked, PartitionState, Phase
 from keyshared.kafka.seams import KeyFilterOwnership, Ownership
@@ -64,6 +65,9 @@ class Dispatcher:
         self._round_robin = itertools.cycle(range(workers))
         self._workers = workers
         self._worker_cache: dict[bytes, int] = {}
+        # Keys seen in two partitions of a topic (mixed producer partitioners); sampled by
+        # key hash, reported by the poll loop with the gauges (see core.split_keys).
+        self.split_keys = SplitKeyDetector()
         self.lock = threading.Lock()
         self._idle = threading.Condition(self.lock)
 
@@ -94,6 +98,9 @@ class Dispatcher:
         serial = self._serial
         unordered_nulls = not self._options.null_keys_ordered
         cache = self._worker_cache
+        splits = self.split_keys
+        split_mask = splits.mask
+        hash_of = hash  # a local: saves the builtins lookup per record
         ready: dict[int, list[Work]] = {}
         started = 0
         with self.lock:
@@ -109,6 +116,11 @@ class Dispatcher:
                 if window is None:
                     window = state.window = self.new_window(state, offset)
                 key = msg.key()
+                if key is not None:
+                    # hash() is cached on the key object: the worker lookup below reuses it.
+                    key_hash = hash_of(key)
+                    if not key_hash & split_mask:
+                        splits.note(state.topic, state.partition, key_hash, key)
                 if not offset & _SAMPLE_MASK:
                     stats.note_received(key or b"", _SAMPLE_WEIGHT)
                 if accepts is not None and not accepts(key, offset):

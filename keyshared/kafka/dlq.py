@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from keyshared.core.redaction import REDACTION_INPUT_LIMIT, Redactor, redacted
-from keyshared.kafka.client_config import client_properties
+from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
 
 if TYPE_CHECKING:
     from keyshared.metrics import ConsumerMetrics
@@ -160,6 +160,7 @@ class DeadLetterWriter:
             "message.timeout.ms": int(MESSAGE_TIMEOUT_S * 1000),
             "allow.auto.create.topics": False,  # even where the broker would allow it
             "linger.ms": 5,
+            **KEYED_PRODUCER,  # letters name their partition; agree with Java producers anyway
             "message.max.bytes": kafka_config.get("message.max.bytes", DLQ_MESSAGE_MAX_BYTES),
         }
         self._group = group

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from keyshared.core.poison import DeserializationError, PoisonPolicy, Retry, decide
 from keyshared.core.redaction import REDACTION_INPUT_LIMIT, Redactor, shown_error, shown_key
 from keyshared.core.window import Entry
+from keyshared.kafka.deserializers import decoder
 from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.kafka.settlement import LoopSettlement, SettlementBuffer, account
 from keyshared.record import Record
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from keyshared.kafka.dispatcher import Dispatcher, Work
     from keyshared.kafka.dlq import DeadLetterWriter
     from keyshared.kafka.keystate import KeyStateStore
+    from keyshared.kafka.tracing import HandlerTracer
 
 __all__ = ["RecordExecutor"]
 
@@ -51,8 +53,12 @@ class RecordExecutor:
         call_later: Callable[[float, Callable[[], None]], None],
         dlq: DeadLetterWriter,
         keystate: KeyStateStore | None,
+        tracer: HandlerTracer | None = None,
     ) -> None:
         self._options = options
+        self._tracer = tracer  # told each failed attempt's fate; the handler is wrapped already
+        self._decode_key = decoder(options.key_deserializer, "key")
+        self._decode_value = decoder(options.value_deserializer, "value")
         self._handler = handler
         self._dispatcher = dispatcher
         self._call_later = call_later
@@ -111,17 +117,16 @@ class RecordExecutor:
             self._dead_letter(state, entry, None, "parked", self._finish_parked_tail)
             return None
         msg = entry.payload
-        options = self._options
         raw_key = msg.key()
         try:
-            key = raw_key if options.key_deserializer is None else options.key_deserializer(raw_key)
+            key = raw_key if self._decode_key is None else self._decode_key(raw_key, msg)
         except Exception as exc:
             self._terminal(state, entry, DeserializationError("key", exc), "deserialization")
             return None
         try:
             value = msg.value()
-            if options.value_deserializer is not None:
-                value = options.value_deserializer(value)
+            if self._decode_value is not None:
+                value = self._decode_value(value, msg)
         except Exception as exc:
             self._terminal(state, entry, DeserializationError("value", exc), "deserialization")
             return None
@@ -155,6 +160,8 @@ class RecordExecutor:
         decision = decide(entry.attempt, exc, self._options.retry, self._rng)
         if isinstance(decision, Retry):
             state.metrics.retried.inc()
+            if self._tracer is not None:
+                self._tracer.retried(decision.delay)
             if log.isEnabledFor(logging.DEBUG):
                 redact = self._options.redact
                 log.debug("retrying %s in %.3fs after %s", describe(state, entry, redact),
@@ -172,6 +179,8 @@ class RecordExecutor:
         policy = self._options.poison_for(state.topic)
         if policy is PoisonPolicy.PARK and not entry.ordered:
             policy = PoisonPolicy.DEAD_LETTER  # an unordered record has no tail to park
+        if self._tracer is not None:
+            self._tracer.poisoned(policy.value, reason)
         where = describe(state, entry, self._options.redact)
         shown = shown_error(exc, self._options.redact)
         if policy is PoisonPolicy.DROP:

@@ -11,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
+from keyshared.core.health import Role
 from keyshared.kafka.seams import MembershipEvents
 
 __all__ = ["KafkaGroupMembership"]
@@ -23,10 +24,19 @@ def _tps(partitions: list[TopicPartition]) -> list[tuple[str, int]]:
 class KafkaGroupMembership:
     """Subscribes the consumer; assign, revoke and loss go to ``events`` as they happen."""
 
+    def __init__(self) -> None:
+        self._joined = False
+
     def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
+        def on_assign(_consumer: Any, partitions: list[TopicPartition]) -> None:
+            # The group calls this on every join, with an empty list for a member it gives no
+            # partition (cooperative or eager): joined, idle, and ready all the same.
+            self._joined = True
+            events.assigned(_tps(partitions))
+
         consumer.subscribe(
             topics,
-            on_assign=lambda _c, partitions: events.assigned(_tps(partitions)),
+            on_assign=on_assign,
             on_revoke=lambda _c, partitions: events.revoked(_tps(partitions)),
             on_lost=lambda _c, partitions: events.lost(_tps(partitions)),
         )
@@ -36,3 +46,7 @@ class KafkaGroupMembership:
 
     def leave(self) -> None:
         """Nothing to do: closing the consumer leaves the group."""
+
+    def role(self) -> Role:
+        """A member once the group's first assignment arrived (possibly empty)."""
+        return Role.MEMBER if self._joined else Role.JOINING

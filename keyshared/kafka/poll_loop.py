@@ -17,6 +17,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from keyshared.core.health import StuckPartition
 from keyshared.core.offsets import decode_finished
 from keyshared.core.redaction import shown_key
 from keyshared.core.runs import EMPTY_RUNS
@@ -28,6 +29,7 @@ from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.kafka.positions import note_stale_positions, observe_positions
 from keyshared.kafka.seams import CursorStore, Membership, PollInbox
+from keyshared.kafka.split_keys import SplitKeyReport
 from keyshared.metrics import ConsumerMetrics
 from keyshared.settings import ConsumerOptions
 
@@ -79,6 +81,12 @@ class PollLoop:
         self._paused: set[TP] = set()
         # Per partition, the offset last reported stuck: each stuck record is logged once.
         self._reported_stuck: dict[TP, int] = {}
+        # For the health probes (read from the endpoint's thread; each is replaced whole):
+        # when the loop last went round, and each partition's oldest unfinished record as of
+        # the last sample, with the sample's time.
+        self.last_iteration = time.monotonic()
+        self.oldest_unfinished: tuple[tuple[StuckPartition, ...], float] = ((), 0.0)
+        self._split_keys = SplitKeyReport(metrics, options.redact)
 
     def _state_of(self, tp: TP) -> PartitionState | None:
         return self.states.get(tp)
@@ -86,6 +94,10 @@ class PollLoop:
     @property
     def committer(self) -> Committer:
         return self._committer
+
+    @property
+    def membership(self) -> Membership:
+        return self._membership
 
     # -- main loop -----------------------------------------------------------------------------
 
@@ -95,6 +107,7 @@ class PollLoop:
         runs any more), so a process that catches the error holds nothing of this run."""
         failed = True
         try:
+            self.last_iteration = time.monotonic()
             self._membership.join(self._consumer, self._topics, self)
             self._poll_until_stopped()
             self._shutdown()
@@ -126,7 +139,7 @@ class PollLoop:
             self._membership.tick()
             self._apply_backpressure()
             self._nudge_workers()
-            now = time.monotonic()
+            now = self.last_iteration = time.monotonic()
             if now >= next_commit:
                 self._observe_positions()
                 self._cursors.commit_async(self.states.values())
@@ -201,9 +214,12 @@ class PollLoop:
 
     def sample_metrics(self) -> None:
         """Refresh the gauges (about once a second, never per record)."""
+        # First: whatever the gauges below show as admitted has been checked for split keys.
+        self._split_keys.drain(self._dispatcher.split_keys)
         for worker, depth in enumerate(self._worker_depths()):
             self._metrics.worker_queue_depth(worker, depth)
         now = time.monotonic()
+        oldest: list[StuckPartition] = []
         for state in list(self.states.values()):
             try:
                 _, high = self._consumer.get_watermark_offsets(
@@ -228,11 +244,14 @@ class PollLoop:
                     oldest_incomplete_age=blocker.age if blocker else 0.0,
                     hot_key_share=state.stats.hot_key_share(),
                 )
-            if blocker is not None and blocker.age >= self._options.stuck_after:
-                self._report_stuck(state, blocker)
+            if blocker is not None:
+                oldest.append(StuckPartition(*state.tp, blocker.offset, blocker.age))
+                if blocker.age >= self._options.stuck_after:
+                    self._report_stuck(state, blocker)
             if now - state.stats.since > _HOT_KEY_WINDOW:
                 # The sketches describe recent traffic, not the partition's whole history.
                 state.stats.reset(now)
+        self.oldest_unfinished = (tuple(oldest), now)
 
     def _report_stuck(self, state: PartitionState, blocker: CursorBlocker) -> None:
         """Warn once per record that holds the partition's committed offset past ``stuck_after``.
@@ -413,6 +432,7 @@ class PollLoop:
         them and the next owner gets them from the committed offset.
         """
         messages = self._consumer.consume(100, 0.1)
+        self.last_iteration = time.monotonic()
         if messages:
             self._admit(messages)
         self._pause_everything()

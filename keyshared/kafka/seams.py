@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from keyshared.core.filters import KeyFilter
+from keyshared.core.health import Role
 
 if TYPE_CHECKING:
     from keyshared.kafka.dispatcher import Dispatcher
@@ -145,13 +146,18 @@ class MembershipEvents(Protocol):
 
 class Membership(Protocol):
     """Who owns what. Every method is called on the poll thread: ``join`` once before the
-    first poll, ``tick`` once per loop iteration, ``leave`` once after the final commit."""
+    first poll, ``tick`` once per loop iteration, ``leave`` once after the final commit —
+    except ``role``, which the health endpoint reads from its own thread (flags only)."""
 
     def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None: ...
 
     def tick(self) -> None: ...
 
     def leave(self) -> None: ...
+
+    def role(self) -> Role:
+        """Where the member stands, for ``/readyz`` (joining, member, standby, fenced...)."""
+        ...
 
 
 class PollInbox:

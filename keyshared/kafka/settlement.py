@@ -103,6 +103,16 @@ class SettlementBuffer:
         if pending is not None and pending.successes:
             self._settle(pending)
 
+    def settle_now(self, successes: list[Success]) -> None:
+        """Settle ``successes`` at once, waiting for the lock: a batch handler's records are a
+        group already, and holding them back would only delay their keys' next records."""
+        try:
+            account(successes)
+        except Exception:
+            log.exception("recording metrics of %d successes failed", len(successes))
+        finally:
+            self._finish_many([(state, entry) for state, entry, _ in successes])
+
     def flush_stale(self) -> None:
         """Settle other threads' successes that waited too long (their thread is busy)."""
         now = time.monotonic()

@@ -210,6 +210,19 @@ class ConsumerMetrics:
         if timed_out:
             consumer.drain_timeouts.labels(*self._labels).inc()
 
+    def expect_topic(self, topic: str) -> None:
+        """Create a subscribed topic's member-level series at zero (split keys)."""
+        consumer.split_keys.labels(*self._labels, topic)
+
+    def keys_split(self, topic: str, count: int = 1) -> None:
+        """Count sampled keys of ``topic`` found in a second partition."""
+        consumer.split_keys.labels(*self._labels, topic).inc(count)
+
+    def expect_dlq(self, dlq_topic: str) -> None:
+        """Create a DLQ topic's series at zero before its first dead letter, so the DLQ panels
+        and alerts of a healthy member read 0 instead of "no data"."""
+        self._touch_dlq(dlq_topic)
+
     def dlq_written(self, dlq_topic: str) -> None:
         """Count a DLQ write the broker acknowledged."""
         self._touch_dlq(dlq_topic)
@@ -235,12 +248,18 @@ class ConsumerMetrics:
         self._paused_partitions.set(n)
 
     def set_workers(self, n: int) -> None:
-        """Set the worker count; drops queue-depth series of workers that no longer exist."""
+        """Set the worker count; queue-depth series exist (at zero) for exactly those workers,
+        from the first scrape on."""
         self._workers_gauge.set(n)
         with self._lock:
             for worker in [w for w in self._workers if w >= n]:
                 del self._workers[worker]
                 consumer.worker_queue_depth.remove(*self._labels, str(worker))
+            for worker in range(n):
+                if worker not in self._workers:
+                    self._workers[worker] = consumer.worker_queue_depth.labels(
+                        *self._labels, str(worker)
+                    )
 
     def close(self) -> None:
         """Remove every series of this member, e.g. when a consumer stops in a long-lived process.

@@ -192,6 +192,12 @@ class consumer:
         "paused_partitions", "Assigned partitions currently paused for backpressure.", MEMBER_LABELS
     )
     workers = _gauge("workers", "Worker threads (or async tasks) of the member.", MEMBER_LABELS)
+    split_keys = _counter(
+        "keys_split_across_partitions",
+        "Sampled keys seen in two partitions of one topic: producers with different "
+        "partitioners (CRC32 vs murmur2) or added partitions; per-key order is broken.",
+        (*MEMBER_LABELS, "topic"),
+    )
 
 
 class coordinator:
@@ -276,6 +282,7 @@ CONSUMER_FAMILIES = (
     consumer.worker_queue_depth,
     consumer.paused_partitions,
     consumer.workers,
+    consumer.split_keys,
 )
 COORDINATOR_FAMILIES = (
     coordinator.session_state,

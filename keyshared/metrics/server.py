@@ -1,9 +1,11 @@
-"""The HTTP endpoint of one process: ``/metrics`` for Prometheus, ``/hotkeys`` for people.
+"""The HTTP endpoint of one process: ``/metrics`` for Prometheus, ``/hotkeys`` for people,
+``/healthz`` and ``/readyz`` for orchestrators.
 
 Why a small WSGI app instead of ``prometheus_client.start_http_server``: that server serves only
 the exposition, and hot keys must not become metric labels (keys are unbounded). So the same port
 serves a JSON view of the busiest and slowest keys, produced on request by a callable the
-consumer supplies.
+consumer supplies. The probes answer 200 or 503 with a JSON body whose ``reasons`` say why
+(Kubernetes only reads the status code; people read the body).
 
 Multi-process deployments: run one endpoint per process, each on its own port, and let Prometheus
 scrape every process (the ``member`` label tells them apart). prometheus-client's multiprocess
@@ -23,15 +25,32 @@ import json
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import REGISTRY, make_wsgi_app
 from prometheus_client.registry import CollectorRegistry
 
-__all__ = ["HotKeysSource", "MetricsServer", "key_text", "start_metrics_server"]
+__all__ = ["HealthSource", "HotKeysSource", "MetricsServer", "key_text", "start_metrics_server"]
 
 HotKeysSource = Callable[[], dict[str, object]]
+
+
+class _Verdict(Protocol):
+    @property
+    def ok(self) -> bool: ...
+
+    def body(self) -> dict[str, object]: ...
+
+
+class HealthSource(Protocol):
+    """What answers the probes (:class:`keyshared.kafka.health_view.HealthView`)."""
+
+    def liveness(self) -> _Verdict: ...
+
+    def readiness(self) -> _Verdict: ...
+
+
 _StartResponse = Callable[..., Any]
 
 
@@ -94,7 +113,7 @@ class MetricsServer:
 
 
 def _app(
-    registry: CollectorRegistry, hotkeys: HotKeysSource | None
+    registry: CollectorRegistry, hotkeys: HotKeysSource | None, health: HealthSource | None
 ) -> Callable[[dict[str, Any], _StartResponse], Iterable[bytes]]:
     metrics_app = make_wsgi_app(registry)
 
@@ -116,6 +135,15 @@ def _app(
             except Exception as exc:  # a broken view must not take the endpoint down
                 return send(start_response, "500 Internal Server Error", {"error": repr(exc)})
             return send(start_response, "200 OK", body)
+        if path in ("/healthz", "/readyz"):
+            if health is None:
+                return send(start_response, "404 Not Found", {"error": "no health source"})
+            try:
+                verdict = health.liveness() if path == "/healthz" else health.readiness()
+            except Exception as exc:  # a probe that cannot decide must not pass
+                return send(start_response, "503 Service Unavailable", {"error": repr(exc)})
+            status = "200 OK" if verdict.ok else "503 Service Unavailable"
+            return send(start_response, status, verdict.body())
         return send(start_response, "404 Not Found", {"error": f"no such path: {path}"})
 
     return app
@@ -126,8 +154,9 @@ def start_metrics_server(
     host: str = "127.0.0.1",
     hotkeys: HotKeysSource | None = None,
     registry: CollectorRegistry = REGISTRY,
+    health: HealthSource | None = None,
 ) -> MetricsServer:
-    """Serve ``/metrics`` and ``/hotkeys`` on a daemon thread.
+    """Serve ``/metrics``, ``/hotkeys``, ``/healthz`` and ``/readyz`` on a daemon thread.
 
     :param port: TCP port; ``0`` picks a free one (read it back from ``MetricsServer.port``).
     :param host: bind address; loopback by default so nothing is exposed by accident, ``0.0.0.0``
@@ -135,10 +164,10 @@ def start_metrics_server(
     :param hotkeys: returns the JSON-able hot-key view; ``bytes`` inside it are rendered with
         :func:`key_text`.
     :param registry: where the exposition comes from; the default holds keyshared's families.
+    :param health: answers ``/healthz`` (liveness) and ``/readyz`` (readiness); 404 without.
     """
-    server = make_server(
-        host, port, _app(registry, hotkeys), server_class=_Server, handler_class=_QuietHandler
-    )
+    app = _app(registry, hotkeys, health)
+    server = make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler)
     thread = threading.Thread(
         target=server.serve_forever, name=f"keyshared-metrics-{server.server_port}", daemon=True
     )

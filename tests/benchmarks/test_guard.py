@@ -3,7 +3,7 @@
 The guard compares keyshared with a thread pool measured in the same run (ratios only, never a
 time; see keyshared/bench/guard.py), so it is meant to run in CI on any machine. Failing here
 means keyshared fell well below today's ratio (a floor at 0.7 x the pool for io, 0.5 x for
-noop), after one re-measure: look at the printed comparison before suspecting the machine.
+noop and batch), after one re-measure: look at the printed comparison before suspecting the machine.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_guard_passes_against_the_test_broker(kafka_bootstrap: str, tmp_path: Pa
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "guard.json").read_text())
     assert report["passed"] is True
-    assert {check["name"] for check in report["checks"]} == {"io", "depth", "noop"}
+    assert {check["name"] for check in report["checks"]} == {"io", "depth", "noop", "batch"}
     for check in report["checks"]:
         assert check["ratio"] >= check["floor"] > 0
         assert check["keyshared"]["records"] > 0 and check["baseline"]["records"] > 0

@@ -27,6 +27,7 @@ EXPECTED_RATIOS = {
     "io_work": {"worst_keyshared_vs_bound", "worst_keyshared_cli_vs_bound"},
     "async_io": {"keyshared_vs_bound"},
     "noop": {"keyshared_vs_raw"},
+    "batch": {"batch_noop_vs_raw", "batch_noop_vs_single_record", "sqlite_batch_vs_per_record"},
     "zipf": {"keyshared_vs_hot_key_bound", "keyshared_vs_serial"},
     "memory": {"keyshared_vs_raw_bytes_per_entry"},
     "rebalance": {"keyshared_vs_plain_join_to_steady", "keyshared_vs_plain_leave_to_takeover"},
@@ -44,7 +45,8 @@ SHAPE_RATIOS = {
 }
 HEADLINE_RATIOS = {"io": {"keyshared_vs_serial", "ring_balance"}, "io_work": set()}
 EXPECTED_GOALS = {
-    "stuck": {"finished_during_stall_fraction", "rss_growth_mib", "redo_fraction_after_kill"}
+    "batch": {"batch_noop_vs_raw", "sqlite_batch_vs_per_record"},
+    "stuck": {"finished_during_stall_fraction", "rss_growth_mib", "redo_fraction_after_kill"},
 }
 COUNTS = {"keyshared_ownership_overlaps", "plain_ownership_overlaps"}  # must be 0, not > 0
 

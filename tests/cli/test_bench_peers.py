@@ -69,16 +69,23 @@ def test_harness_command_passes_nanoseconds_and_the_classpath(tmp_path: Path) ->
     assert command[command.index("-cp") + 1] == f"{install.classes}:{install.jars}/*"
     tail = command[command.index(pc.HARNESS_CLASS) + 1 :]
     assert tail == ["127.0.0.1:9092", "t", "g", "3000", "5000000", "64", "120"]
+    batched = pc.harness_command("java", install, "b", "t", "g", 10, 0.0, 4, 9, batch_size=50)
+    assert batched[-2:] == ["9", "50"]  # PC's batch mode: the optional last argument
 
 
 @unit
-@pytest.mark.parametrize(("records", "handler_s", "concurrency"), [(0, 0.0, 4), (5, -1.0, 4)])
+@pytest.mark.parametrize(
+    ("records", "handler_s", "concurrency", "batch_size"),
+    [(0, 0.0, 4, 1), (5, -1.0, 4, 1), (5, 0.0, 4, 0)],
+)
 def test_harness_command_rejects_bad_sizes(
-    tmp_path: Path, records: int, handler_s: float, concurrency: int
+    tmp_path: Path, records: int, handler_s: float, concurrency: int, batch_size: int
 ) -> None:
     install = pc.PcInstall(jar_cache=tmp_path, peers_cache=tmp_path)
     with pytest.raises(ValueError, match="parallel-consumer run needs"):
-        pc.harness_command("java", install, "b", "t", "g", records, handler_s, concurrency, 9)
+        pc.harness_command(
+            "java", install, "b", "t", "g", records, handler_s, concurrency, 9, batch_size
+        )
 
 
 @unit

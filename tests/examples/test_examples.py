@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -49,6 +50,30 @@ def test_order_service_keeps_each_orders_events_in_order_and_dead_letters_bad_pa
     # 3 bad payments, each dead-lettered with the order's shipped event behind it.
     assert "dead-lettered 6 to" in line
     assert "out-of-order transitions 0" in line
+
+
+def test_batch_sqlite_writes_each_batch_in_one_transaction_in_per_account_order(
+    kafka_bootstrap: str,
+) -> None:
+    done = _run(
+        "batch_sqlite.py",
+        kafka_bootstrap,
+        "--events",
+        "3000",
+        "--accounts",
+        "150",
+        "--bad-every",
+        "1000",
+        "--topic",
+        unique_name("ex-ledger"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = done.stdout.strip().splitlines()[-1]
+    assert "3000/3000 events of 150 accounts" in line
+    assert "dead-lettered 3 to" in line  # only the bad events, not their batches
+    assert "out-of-order entries 0" in line
+    transactions = int(re.search(r"(\d+) transactions", line).group(1))  # type: ignore[union-attr]
+    assert transactions < 3000 / 2, line  # batches, not a commit per event
 
 
 def test_async_handler_keeps_many_http_calls_in_flight(kafka_bootstrap: str) -> None:
@@ -105,6 +130,14 @@ def test_metrics_consumer_serves_prometheus_metrics_while_it_runs(kafka_bootstra
             )
         assert processed > 0, "no keyshared_records_processed_total was exported"
         assert "keyshared_handler_duration_seconds_bucket" in text
+        base = match.group(1).rsplit("/", 1)[0]
+        assert f"probes: {base}/healthz" in proc.stdout.readline()
+        for probe in ("/healthz", "/readyz"):
+            with urllib.request.urlopen(base + probe, timeout=5) as response:
+                assert response.status == 200
+                body = json.loads(response.read())
+            assert body["status"] == "ok", body
+        assert body["role"] == "member" and body["partitions"] == 3, body
         proc.terminate()  # SIGTERM: drain, commit, exit 0
         assert proc.wait(60) == 0
         assert "stopped after draining and committing" in proc.stdout.read()
@@ -122,3 +155,14 @@ def test_a_stuck_key_holds_back_only_itself(kafka_bootstrap: str) -> None:
     assert "committed offset 0 (the stuck record), 5000 finished above it in 1 run(s)" in line, line
     size = int(re.search(r"(\d+) bytes of commit metadata", line).group(1))  # type: ignore[union-attr]
     assert 0 < size < 64, line
+
+
+def test_mixed_partitioners_are_found_and_explained(kafka_bootstrap: str) -> None:
+    """Issue 25 part 8: keys split by a CRC32 and a murmur2 producer are counted and logged."""
+    done = _run("mixed_partitioners.py", kafka_bootstrap, "--topic", unique_name("ex-mixed"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = done.stdout.strip().splitlines()[-1]
+    split, total, found = map(int, re.findall(r"(\d+) of (\d+) keys.*found (\d+)", line)[0])
+    assert total == 1000 and split > 700 and 0 < found <= split, line
+    warnings = [w for w in done.stderr.splitlines() if "arrived in partitions" in w]
+    assert len(warnings) == 1 and "partitioner=murmur2_random" in warnings[0], done.stderr[-2000:]

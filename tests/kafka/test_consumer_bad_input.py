@@ -81,10 +81,17 @@ def _config(**extra: Any) -> dict[str, Any]:
         (_config(), {"drain_timeout": math.inf}, "drain_timeout"),
         (_config(), {"startup_timeout": math.nan}, "startup_timeout"),
         (_config(), {"stuck_after": 0}, "stuck_after"),
+        (_config(), {"wedged_after": math.nan}, "wedged_after"),
+        (_config(), {"wedged_after": 10, "drain_timeout": 30}, "wedged_after"),
         (_config(), {"redact": "not callable"}, "redact"),
         (_config(), {"metrics_port": 70000}, "metrics_port"),
         (_config(), {"dlq_topic": ""}, "dlq_topic"),
         (_config(), {"poison_by_topic": {"t": "explode"}}, "poison_by_topic['t']"),
+        (_config(), {"batch_size": 0}, "batch_size"),
+        (_config(), {"batch_size": True}, "batch_size"),
+        (_config(), {"batch_size": 8, "batch_linger": -1}, "batch_linger"),
+        (_config(), {"batch_size": 8, "batch_linger": math.inf}, "batch_linger"),
+        (_config(), {"batch_linger": 0.1}, "batch_linger"),  # without batch_size
         # Conflicting options: each is valid alone, not together.
         (
             _config(),
@@ -131,6 +138,12 @@ def test_options_object_and_keyword_options_conflict() -> None:
             _config(), ["t"], print, options=keyshared.ConsumerOptions(), workers=2
         )
     assert caught.value.option == "options"
+
+
+def test_batch_size_needs_a_handler() -> None:
+    with pytest.raises(keyshared.ConfigurationError) as caught:
+        keyshared.KeySharedConsumer(_config(), ["t"], None, batch_size=10)
+    assert caught.value.option == "batch_size"
 
 
 def test_handler_must_be_callable() -> None:

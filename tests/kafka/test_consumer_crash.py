@@ -17,6 +17,8 @@ import pytest
 from keyshared.core.offsets import decode_finished
 from tests.kafka.support.journal import (
     ASYNC_HANDLER,
+    BATCH_HANDLER,
+    HANDLER,
     check,
     committed,
     count_finished,
@@ -124,9 +126,12 @@ def test_restart_after_kill_redoes_only_what_was_in_flight(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
 def test_kill_under_load_loses_nothing_and_keeps_order(
-    kafka_bootstrap: str, new_topic, new_group, tmp_path: Path
+    kafka_bootstrap: str, new_topic, new_group, tmp_path: Path, batch: bool
 ) -> None:
+    """kill -9 of a member under load; with ``batch``, batch handlers (up to 10 records a
+    call, one sleep per call), so whole batches are in flight at the kill."""
     topic = new_topic(partitions=4)
     group = new_group("crash-load")
     keys = [f"key-{i:03d}".encode() for i in range(400)]
@@ -142,9 +147,10 @@ def test_kill_under_load_loses_nothing_and_keeps_order(
             topic,
             journal,
             workers=4,
-            sleep_ms="5,15",
-            args=FAST_FAILURE,
+            sleep_ms="40,80" if batch else "5,15",
+            args=[*FAST_FAILURE, "--batch-size", "10"] if batch else FAST_FAILURE,
             log=tmp_path / f"{name}.log",
+            handler=BATCH_HANDLER if batch else HANDLER,
         )
 
     def finished_by(name: str) -> int:

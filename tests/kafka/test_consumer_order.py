@@ -16,6 +16,8 @@ import pytest
 
 import keyshared
 from tests.kafka.support.journal import (
+    BATCH_HANDLER,
+    HANDLER,
     check,
     count_finished,
     kill_all,
@@ -54,6 +56,21 @@ def test_order_and_completeness_with_the_eager_protocol(
     _join_and_leave(kafka_bootstrap, topic, new_group("eager"), tmp_path, keys, 30, args)
 
 
+@pytest.mark.slow
+def test_batch_handler_keeps_order_while_members_join_and_leave(
+    kafka_bootstrap: str, new_topic, new_group, tmp_path: Path
+) -> None:
+    """Batches of up to 10 (``--batch-size``), eager hand-overs: a batch in flight at a revoke
+    is drained like single records, and no key is ever run by two members at once."""
+    keys = [f"key-{i:03d}".encode() for i in range(300)]
+    topic = new_topic(partitions=PARTITIONS)
+    args = ["-X", "partition.assignment.strategy=range", "--batch-size", "10"]
+    _join_and_leave(
+        kafka_bootstrap, topic, new_group("batch-order"), tmp_path, keys, 30, args,
+        handler=BATCH_HANDLER, sleep_ms="40,80",
+    )  # fmt: skip
+
+
 def _join_and_leave(
     bootstrap: str,
     topic: str,
@@ -62,6 +79,9 @@ def _join_and_leave(
     keys: list[bytes],
     per_key: int,
     args: list[str],
+    *,
+    handler: str = HANDLER,
+    sleep_ms: str = "2,8",
 ) -> None:
     """A and B start, C joins, A leaves (SIGTERM), D joins, C leaves; then check the journal."""
     total = len(keys) * per_key
@@ -75,8 +95,9 @@ def _join_and_leave(
 
     def start(name: str) -> None:
         procs[name] = start_consumer(
-            bootstrap, group, topic, journal, workers=4, sleep_ms="2,8", args=args, log=logs[name]
-        )
+            bootstrap, group, topic, journal, workers=4, sleep_ms=sleep_ms, args=args,
+            log=logs[name], handler=handler,
+        )  # fmt: skip
 
     def reach(fraction: float, event: str) -> None:
         wait_for(lambda: count_finished(journal) >= fraction * total, 120, f"{fraction:.0%}")

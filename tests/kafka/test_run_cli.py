@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient
 from keyshared.dev.testing import unique_name
 from tests.kafka.support.journal import (
     ASYNC_HANDLER,
+    BATCH_HANDLER,
     HANDLER,
     REPO_ROOT,
     check,
@@ -60,8 +61,13 @@ def test_help_explains_the_command() -> None:
         "--dlq-topic",
         "--max-attempts",
         "--metrics-port",
+        "/readyz",
+        "--stuck-after",
+        "--wedged-after",
         "--mode",
         "--zookeeper",
+        "--batch-size",
+        "--batch-linger",
         "-X",
         "SIGTERM",
         "KEYSHARED_BOOTSTRAP_SERVERS",
@@ -75,6 +81,12 @@ def test_usage_errors_are_clear() -> None:
     bad_spec = _cli("run", "no_such_module_xyz:handle", "-b", "127.0.0.1:9", "-g", "g", "-t", "t")
     assert bad_spec.returncode == 2
     assert "no_such_module_xyz" in bad_spec.stderr and "Traceback" not in bad_spec.stderr
+    # A liveness bound a revoke's drain could exceed would restart healthy pods.
+    wedged = _cli(
+        "run", HANDLER, "-b", "127.0.0.1:9", "-g", "g", "-t", "t",
+        "--drain-timeout", "30", "--wedged-after", "10", env={"KS_JOURNAL": os.devnull},
+    )  # fmt: skip
+    assert wedged.returncode == 2 and "wedged_after" in wedged.stderr, wedged.stderr
 
 
 @pytest.mark.parametrize("handler", [HANDLER, ASYNC_HANDLER], ids=["sync", "async"])
@@ -139,6 +151,67 @@ def test_run_drains_and_commits_on_sigterm(
     offsets = committed(kafka_bootstrap, group, topic)
     assert {p: o for p, (o, _) in offsets.items()} == ends
     assert "draining" in log.read_text()
+
+
+def test_run_with_batch_size_hands_the_handler_batches_and_fails_only_named_records(
+    kafka_bootstrap: str, new_topic, new_group, tmp_path: Path
+) -> None:
+    """``--batch-size``: one worker, so without batches every start is followed by its end;
+    with them, several records start before the first ends. Injected failures (5% of records,
+    first attempt only) go through ``BatchError``: each is retried alone, nothing is lost or
+    reordered, and the drain commits everything."""
+    topic = new_topic(partitions=2)
+    group = new_group("cli-batch")
+    keys = [f"key-{i:02d}".encode() for i in range(50)]
+    produce(kafka_bootstrap, topic, sequenced(keys, 10))
+    journal = tmp_path / "journal"
+    log = tmp_path / "run.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                *_keyshared(),
+                "run",
+                BATCH_HANDLER,
+                "-g",
+                group,
+                "-t",
+                topic,
+                "--workers",
+                "1",
+                "--batch-size",
+                "25",
+                "--max-attempts",
+                "3",
+            ],
+            cwd=REPO_ROOT,
+            env={
+                **os.environ,
+                "KEYSHARED_BOOTSTRAP_SERVERS": kafka_bootstrap,
+                "KS_JOURNAL": str(journal),
+                "KS_SLEEP_MS": "1,3",
+                "KS_FAIL_ONCE_RATE": "0.05",
+            },
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(lambda: count_finished(journal) >= 500, 60, "every record")
+        assert terminate(proc, timeout=60) == 0, log.read_text()[-3000:]
+    finally:
+        kill_all([proc])
+    events = read_journal(journal)
+    report = check(events, dict.fromkeys(keys, 10))
+    assert not report.missing and not report.violations, report.summary()
+    assert report.duplicates == 0, report.summary()
+    kinds = "".join(e.kind for e in events)
+    assert "SS" in kinds, "no record started before the previous one ended: no batches"
+    assert "F" in kinds, "no injected failure (the 5% of records should include some)"
+    retried = {(e.key, e.seq) for e in events if e.attempt == 2}
+    failed = {(e.key, e.seq) for e in events if e.kind == "F"}
+    assert retried == failed, "exactly the failed records were retried"
+    ends = high_watermarks(kafka_bootstrap, topic)
+    offsets = committed(kafka_bootstrap, group, topic)
+    assert {p: o for p, (o, _) in offsets.items()} == ends
 
 
 def test_bad_librdkafka_property_is_a_clear_error(kafka_bootstrap: str, new_topic) -> None:

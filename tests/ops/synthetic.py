@@ -101,6 +101,8 @@ class SyntheticExporter:
             for w in range(4):
                 c.worker_queue_depth(w, rng.randint(0, 30))
             c.set_paused_partitions(rng.randint(0, 1))
+            if rng.random() < 0.05:
+                c.keys_split(self.topic)
             if tick % 10 == 0:
                 c.rebalance(rng.choice(["assigned", "revoked", "lost"]))
                 c.drain(rng.random(), timed_out=rng.random() < 0.3)

@@ -7,7 +7,11 @@
  * first use (keyshared/bench/peers/parallel_consumer.py), so the repository holds no binaries.
  *
  *   java -cp CLASSES:JARS/* KeysharedPcHarness BOOTSTRAP TOPIC GROUP RECORDS HANDLER_NANOS
- *        CONCURRENCY TIMEOUT_SECONDS
+ *        CONCURRENCY TIMEOUT_SECONDS [BATCH_SIZE]
+ *
+ * BATCH_SIZE > 1 turns on PC's batch mode (ParallelConsumerOptions.batchSize): the handler then
+ * receives up to that many records per call (PollContext), touches each value, sleeps
+ * HANDLER_NANOS once per call and counts the call's records.
  *
  * Prints one JSON line, {"records": N, "seconds": S}, and exits 0; exits 1 (message on stderr)
  * when the records did not all finish within the timeout, 2 on bad arguments.
@@ -42,9 +46,9 @@ public final class KeysharedPcHarness {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 7) {
+        if (args.length != 7 && args.length != 8) {
             System.err.println("usage: KeysharedPcHarness BOOTSTRAP TOPIC GROUP RECORDS "
-                    + "HANDLER_NANOS CONCURRENCY TIMEOUT_SECONDS");
+                    + "HANDLER_NANOS CONCURRENCY TIMEOUT_SECONDS [BATCH_SIZE]");
             System.exit(2);
         }
         String bootstrap = args[0];
@@ -54,6 +58,7 @@ public final class KeysharedPcHarness {
         long handlerNanos = Long.parseLong(args[4]);
         int concurrency = Integer.parseInt(args[5]);
         long timeoutSeconds = Long.parseLong(args[6]);
+        int batchSize = args.length == 8 ? Integer.parseInt(args[7]) : 1;
 
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -70,6 +75,7 @@ public final class KeysharedPcHarness {
                 .ordering(ProcessingOrder.KEY)
                 .maxConcurrency(concurrency)
                 .commitMode(CommitMode.PERIODIC_CONSUMER_ASYNCHRONOUS)
+                .batchSize(batchSize)
                 .build();
         ParallelStreamProcessor<byte[], byte[]> processor =
                 ParallelStreamProcessor.createEosStreamProcessor(options);
@@ -84,7 +90,13 @@ public final class KeysharedPcHarness {
         processor.subscribe(List.of(topic));
         processor.poll(context -> {
             first.compareAndSet(0, System.nanoTime());
-            context.value();
+            long calls = 1;
+            if (batchSize > 1) {
+                calls = context.size();
+                context.streamConsumerRecords().forEach(record -> record.value());
+            } else {
+                context.value();
+            }
             if (handlerNanos > 0) {
                 try {
                     Thread.sleep(sleepMillis, sleepNanos);
@@ -93,7 +105,8 @@ public final class KeysharedPcHarness {
                     return;
                 }
             }
-            if (count.incrementAndGet() == records) {
+            long after = count.addAndGet(calls);
+            if (after >= records && after - calls < records) {
                 last.set(System.nanoTime());
                 done.countDown();
             }

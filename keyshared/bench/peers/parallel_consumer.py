@@ -163,13 +163,17 @@ def harness_command(
     handler_s: float,
     concurrency: int,
     timeout: float,
+    batch_size: int = 1,
 ) -> list[str]:
-    """The ``java`` command line of one timed PC run (see the harness for its arguments)."""
-    if records < 1 or concurrency < 1 or handler_s < 0:
+    """The ``java`` command line of one timed PC run (see the harness for its arguments);
+    ``batch_size`` > 1 runs PC's batch mode (``ParallelConsumerOptions.batchSize``)."""
+    if records < 1 or concurrency < 1 or handler_s < 0 or batch_size < 1:
         raise ValueError(
-            f"parallel-consumer run needs records >= 1, concurrency >= 1 and handler_s >= 0, "
-            f"got records={records}, concurrency={concurrency}, handler_s={handler_s}"
+            f"parallel-consumer run needs records >= 1, concurrency >= 1, handler_s >= 0 and "
+            f"batch_size >= 1, got records={records}, concurrency={concurrency}, "
+            f"handler_s={handler_s}, batch_size={batch_size}"
         )
+    batch = [str(batch_size)] if batch_size > 1 else []
     return [
         java,
         "-Xss512k",  # up to a few hundred pool threads; the default 1 MB stacks add up
@@ -185,6 +189,7 @@ def harness_command(
         str(round(handler_s * 1e9)),
         str(concurrency),
         str(max(1, round(timeout))),
+        *batch,
     ]
 
 
@@ -197,10 +202,21 @@ def run_parallel_consumer(
     handler_s: float,
     concurrency: int,
     timeout: float = 600.0,
+    batch_size: int = 1,
 ) -> PeerTiming:
-    """Time PC over ``records`` records of ``topic`` from the beginning, with a fresh group."""
+    """Time PC over ``records`` records of ``topic`` from the beginning, with a fresh group
+    (in batch mode when ``batch_size`` > 1)."""
     command = harness_command(
-        find_java(), install, bootstrap, topic, group, records, handler_s, concurrency, timeout
+        find_java(),
+        install,
+        bootstrap,
+        topic,
+        group,
+        records,
+        handler_s,
+        concurrency,
+        timeout,
+        batch_size,
     )
     return run_timed(f"parallel-consumer {install.version}", command, timeout + 60)
 

@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from keyshared.bench.context import BenchContext
 from keyshared.bench.registry import register
 from keyshared.bench.result import Measurement, ScenarioResult
+from keyshared.kafka.client_config import KEYED_PRODUCER
 
 __all__ = ["run_scaleout"]
 
@@ -198,7 +199,7 @@ class _Run:
 
 def _produce(bootstrap: str, topic: str, records: int) -> int:
     """Produce ``records`` over 5,000 keys; return the end offset of the partition."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, **KEYED_PRODUCER})
     for i in range(records):
         producer.produce(topic, key=b"key-%d" % (i % 5000), value=b"x")
         if i % 10_000 == 0:

@@ -30,6 +30,7 @@ from confluent_kafka.admin import AdminClient
 REPO_ROOT = Path(__file__).resolve().parents[3]
 HANDLER = "tests.kafka.support.journal_handler:handle"
 ASYNC_HANDLER = "tests.kafka.support.journal_handler:handle_async"
+BATCH_HANDLER = "tests.kafka.support.journal_handler:handle_batch"
 
 RecordId = tuple[bytes | None, int]  # (key, seq)
 

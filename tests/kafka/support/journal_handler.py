@@ -1,7 +1,9 @@
 """A handler for consumer subprocesses that journals every start and end of a record.
 
 Run it with ``keyshared run tests.kafka.support.journal_handler:handle ...`` from the repository
-root (``handle_async`` is the same as an ``async def`` handler). Each record's value is its per-key
+root (``handle_async`` is the same as an ``async def`` handler; ``handle_batch`` is a batch
+handler for ``--batch-size``, journaling each record of its batch and failing the injected
+ones through ``keyshared.BatchError``). Each record's value is its per-key
 sequence number (ASCII). For every call the handler appends two lines to ``$KS_JOURNAL``::
 
     S <key hex> <seq> <pid> <partition> <offset> <monotonic ns> <attempt>
@@ -128,3 +130,27 @@ async def handle_async(record: Any) -> None:
     if why := _injected_failure(record, seq):
         _fail(record, seq, why)
     _line("E", record, seq)
+
+
+def handle_batch(batch: list[Any]) -> None:
+    """A batch handler: every record starts, one sleep for the batch, then each ends or fails.
+
+    Injected failures fail only their own records (``keyshared.BatchError``); the batch's
+    other records end normally.
+    """
+    import keyshared
+
+    seqs = [int(record.value) for record in batch]
+    for record, seq in zip(batch, seqs, strict=True):
+        _line("S", record, seq)
+    if _HI > 0:
+        time.sleep(random.uniform(_LO, _HI))
+    failures: dict[int, BaseException] = {}
+    for index, (record, seq) in enumerate(zip(batch, seqs, strict=True)):
+        if why := _injected_failure(record, seq):
+            _line("F", record, seq)
+            failures[index] = InjectedFailure(f"injected {why} failure: seq {seq}")
+        else:
+            _line("E", record, seq)
+    if failures:
+        raise keyshared.BatchError(failures)

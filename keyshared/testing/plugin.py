@@ -1,0 +1,58 @@
+"""pytest fixtures over `keyshared.testing.kafka_cluster`, for the tests of your own handlers.
+
+Opt in from your ``conftest.py`` (it is not auto-loaded: installing keyshared must not add
+fixtures, or start servers, in projects that did not ask)::
+
+    pytest_plugins = ["keyshared.testing.plugin"]
+
+then::
+
+    def test_my_handler(keyshared_cluster, keyshared_topic):
+        topic = keyshared_topic(partitions=3)
+        config = {"bootstrap.servers": keyshared_cluster.bootstrap_servers, "group.id": "t"}
+        ...
+
+The cluster is started on first use, once per session, and stopped at its end; the backend
+is chosen as `kafka_cluster` chooses it (``$KEYSHARED_TEST_BACKEND``, default ``auto``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import pytest
+
+from keyshared.dev.testing import TopicFactory, create_topic, delete_topics, unique_name
+from keyshared.testing import KafkaCluster, kafka_cluster
+
+__all__ = ["keyshared_cluster", "keyshared_topic"]
+
+
+@pytest.fixture(scope="session")
+def keyshared_cluster() -> Iterator[KafkaCluster]:
+    """Kafka + ZooKeeper for the whole session (see `keyshared.testing`)."""
+    with kafka_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def keyshared_topic(keyshared_cluster: KafkaCluster) -> Iterator[TopicFactory]:
+    """Factory: ``keyshared_topic(partitions=3, config={...}) -> name``, usable when returned.
+
+    Each name is new (no test sees another's records); the topics are deleted after the test.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": keyshared_cluster.bootstrap_servers})
+    created: list[str] = []
+
+    def make(
+        partitions: int = 3, config: Mapping[str, str] | None = None, *, prefix: str = "topic"
+    ) -> str:
+        name = unique_name(prefix)
+        create_topic(admin, name, partitions, config)
+        created.append(name)
+        return name
+
+    yield make
+    delete_topics(admin, created)
