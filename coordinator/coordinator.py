@@ -179,19 +179,23 @@ class ZooKeeperCoordinator:
         from coordinator.plug.partition_leases import PartitionLeaseMember
 
         mode = context.options.mode
+        if mode not in ("key_shared", "partition", "exclusive"):
+            raise ConfigurationError(
+                "coordinator", f"the ZooKeeper coordinator does not support mode {mode!r}"
+            )
         self.start()
-        if mode == "key_shared":
-            member = KeySharedMember(self, context)
-            return Plug(membership=member, ownership=member, cursor_store=member)
-        if mode == "partition":
-            leases = PartitionLeaseMember(self, context)
-            return Plug(membership=leases, cursor_store=leases.commits)
-        if mode == "exclusive":
+        try:
+            if mode == "key_shared":
+                member = KeySharedMember(self, context)
+                return Plug(membership=member, ownership=member, cursor_store=member)
+            if mode == "partition":
+                leases = PartitionLeaseMember(self, context)
+                return Plug(membership=leases, cursor_store=leases.commits)
             exclusive = ExclusiveMember(self, context)
             return Plug(membership=exclusive, cursor_store=exclusive)
-        raise ConfigurationError(
-            "coordinator", f"the ZooKeeper coordinator does not support mode {mode!r}"
-        )
+        except BaseException:
+            self.close()  # connected for nothing: end the session now
+            raise
 
     def status(self, group: str) -> GroupStatus:
         """The group's state (pure read; does not create the group)."""

@@ -244,11 +244,14 @@ class PendingLease:
         return blockers
 
     def _withdraw(self) -> None:
+        """Delete the queued znode, retried across a dropped connection (on the waiter's
+        thread): left standing, it would block every later acquisition of its key for the
+        session's life (issue 24, defect 7). An expired session took it already."""
         try:
-            self._client.delete(self.path)
-        except NoNodeError:
+            self._client.retry(self._client.delete, self.path)
+        except (NoNodeError, SessionExpiredError):
             pass
-        except Exception:  # disconnected: the znode goes with the session
+        except Exception:
             log.warning("could not withdraw lease znode %s", self.path, exc_info=True)
 
 

@@ -37,6 +37,7 @@ from kazoo.exceptions import KazooException
 
 from coordinator.errors import AcquireCancelled
 from coordinator.exclusive import ExclusiveLock
+from coordinator.plug.handback import HandBack, gone
 from coordinator.plug.session_gate import SessionGate
 from keyshared.core.health import Role
 from keyshared.errors import ConfigurationError, KeySharedError
@@ -52,6 +53,7 @@ __all__ = ["ExclusiveMember"]
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+_ACTIVE = "the active role"  # the one thing an exclusive member holds
 
 
 class _Candidacy:
@@ -88,9 +90,14 @@ class _Candidacy:
 
     def withdraw(self) -> None:
         """Stop waiting, and give the lock up if it was granted (any thread)."""
-        self.lock.cancel()
         with contextlib.suppress(Exception):  # disconnected: the lock goes with the session
-            self.lock.release()
+            self.give_up()
+
+    def give_up(self) -> None:
+        """Stop waiting and release the lock; raises if ZooKeeper could not be told (the
+        caller retries: a lock left standing would keep every standby waiting)."""
+        self.lock.cancel()
+        self.lock.release()
 
 
 class ExclusiveMember:
@@ -113,8 +120,9 @@ class ExclusiveMember:
         self._candidacy: _Candidacy | None = None
         self._ready: _Candidacy | None = None  # won, waiting for fenced stragglers to finish
         self._assigned: list[TP] = []
-        self._stragglers: list[PartitionState] = []
+        self._states: list[PartitionState] = []  # of the activity: the lock waits for them
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._stand_by)
+        self._hand_back = HandBack(context.dispatcher, self._gate.connected)
         self._closing = False
 
     @property
@@ -142,21 +150,23 @@ class ExclusiveMember:
 
     def tick(self) -> None:
         """Activate a won candidacy once the handlers of a fenced activity have finished."""
-        if self._stragglers:
-            with self._ctx.dispatcher.lock:
-                self._stragglers = [s for s in self._stragglers if s.running > 0]
-        if self._ready is not None and not self._stragglers:
+        self._hand_back.tick()
+        if self._ready is not None and not self._hand_back.busy(_ACTIVE):
             ready, self._ready = self._ready, None
             self._activate(ready)
 
     def leave(self) -> None:
-        """After the final commit: stop waiting or give up the active role; end the session."""
+        """After the final commit: stop waiting, or give up the active role once no handler
+        of the activity runs any more (a drain past ``drain_timeout`` leaves some: the lock
+        stands until they end, so the next active member never overlaps them); then end the
+        session."""
         self._closing = True
-        if self._candidacy is not None:
-            self._candidacy.withdraw()
-            self._candidacy = None
+        candidacy, self._candidacy = self._candidacy, None
+        if candidacy is not None:
+            candidacy.lock.cancel()
+            self._hand_back.add(_ACTIVE, candidacy.give_up, self._states)
         self._gate.stop()
-        self._zk.close()
+        self._hand_back.leave(self._zk.close)
 
     # -- becoming active -------------------------------------------------------------------------
 
@@ -173,7 +183,7 @@ class ExclusiveMember:
         if candidacy is not self._candidacy or self._closing or self._gate.lost:
             candidacy.withdraw()  # a stale win (the session was lost meanwhile, or stopping)
             return
-        if self._stragglers:
+        if self._hand_back.busy(_ACTIVE):
             log.info("active role won; waiting for the handlers of the fenced activity")
             self._ready = candidacy
             return
@@ -197,12 +207,15 @@ class ExclusiveMember:
             targets.append(TopicPartition(*tp) if offset is None else TopicPartition(*tp, offset))
         self._consumer.assign(targets)
         self._assigned = partitions
-        events.assigned(list(partitions))
+        try:
+            events.assigned(list(partitions))
+        except Exception as exc:  # e.g. the key-state read timed out
+            self._give_up(candidacy, exc)
+            return
         token = candidacy.lock.token
-        for tp in partitions:
-            state = events.states.get(tp)
-            if state is not None:
-                state.fencing = lambda _key, _offset: token
+        self._states = [s for tp in partitions if (s := events.states.get(tp)) is not None]
+        for state in self._states:
+            state.fencing = lambda _key, _offset: token
         self._gate.metrics.handover_waited(time.monotonic() - candidacy.since)
         log.info(
             "%s is the active member of %s (token %d): %s",
@@ -211,6 +224,17 @@ class ExclusiveMember:
             token,
             ", ".join(f"{t}[{p}]@{starts.get((t, p), (None, ''))[0]}" for t, p in partitions),
         )
+
+    def _give_up(self, candidacy: _Candidacy, exc: Exception) -> None:
+        """Activation failed: holding the lock while processing nothing would keep every
+        standby waiting for good. Give it up (with retry) and stand by again."""
+        log.error("%s could not become active (%r); standing by again", self._me, exc)
+        with contextlib.suppress(KafkaException):
+            self._consumer.assign([])
+        self._assigned = []
+        self._candidacy = None
+        self._hand_back.add(_ACTIVE, candidacy.give_up)
+        self._stand_by()
 
     # -- the session ------------------------------------------------------------------------------
 
@@ -224,9 +248,11 @@ class ExclusiveMember:
         if not self._assigned:
             return
         events = self._require_events()
-        self._stragglers += [s for tp in self._assigned if (s := events.states.get(tp))]
+        # The lock went with the session; its handlers may still run: kept until they end.
+        self._hand_back.add(_ACTIVE, gone, self._states, alive=False)
         events.lost(list(self._assigned))
         self._assigned = []
+        self._states = []
         with contextlib.suppress(KafkaException):
             self._consumer.assign([])
         log.error("%s lost the active role with its session; back to standby", self._me)
@@ -249,6 +275,8 @@ class ExclusiveMember:
         states = list(states)
         if not states:
             return True
+        if self._gate.suspended:
+            self._gate.await_connection()  # refused now, the next member would redo them
         if not self._still_active():
             return False
         assert self._committer is not None

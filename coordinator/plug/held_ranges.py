@@ -5,24 +5,24 @@ They live apart from the member because one rule binds them, and it is easiest t
 place: **a range's cursors reach ZooKeeper before anyone reads them**. The member's own re-read
 waits for its staged cursors (:meth:`HeldRanges.write_pending`), and a range given up keeps its
 lease until its last cursors are written and its stragglers have finished
-(:meth:`HeldRanges.give_up`, :meth:`HeldRanges.release_finished`). The chaos runs found both
-ways of breaking it: re-reading older cursors over one's own progress replays records, and
+(:meth:`HeldRanges.give_up`, through :class:`~coordinator.plug.handback.HandBack`, which also
+waits for the stragglers and retries a release a lost connection broke). The chaos runs found
+both ways of breaking it: re-reading older cursors over one's own progress replays records, and
 releasing before the last write hands the next owner an older cursor.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from coordinator.cursors import CursorWriter
 from coordinator.errors import CoordinatorError, Fenced
 from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease, RangeLeases
-from coordinator.plug.range_cursors import cursors_for, idle
+from coordinator.plug.handback import HandBack
+from coordinator.plug.range_cursors import cursors_for
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.runs import OffsetRuns
 from keyshared.core.slots import SlotRange
@@ -40,19 +40,13 @@ Progress = tuple[TP, int, OffsetRuns, int]  # partition, safe cursor, finished a
 Piece = tuple[SlotRange, int, str]
 
 
-@dataclass
-class _GivenUp:
-    lease: Lease
-    stragglers: list[PartitionState]  # still running there: the lease waits for them
-    writer: CursorWriter | None  # its last cursors, if they could not be written yet
-
-
 class HeldRanges:
     """Leases and cursor writers of the ranges held, keyed by range (see the module docstring).
 
     :param leases: the member's range leases (release goes through them).
     :param writer_of: a new cursor writer for a granted lease.
     :param on_fenced: called for a range whose lease was found gone (a metric).
+    :param hand_back: where ranges given up wait for their stragglers and their release.
     """
 
     def __init__(
@@ -60,14 +54,15 @@ class HeldRanges:
         leases: RangeLeases,
         writer_of: Callable[[Lease], CursorWriter],
         on_fenced: Callable[[], None],
+        hand_back: HandBack,
     ) -> None:
         self._leases = leases
         self._writer_of = writer_of
         self._on_fenced = on_fenced
+        self.hand_back = hand_back
         self.leases: dict[SlotRange, Lease] = {}
         self._writers: dict[SlotRange, CursorWriter] = {}
         self._written: dict[tuple[SlotRange, TP], tuple[list[Piece], Incarnation | None]] = {}
-        self._given_up: list[_GivenUp] = []
 
     def __contains__(self, slots: object) -> bool:
         return slots in self.leases
@@ -150,11 +145,11 @@ class HeldRanges:
         it first: the stored cursors are older, and starting from them would replay what this
         member has finished. A fenced range is forgotten; raises if the rest cannot be
         written yet."""
+        if suspended and self.hand_back.unwritten():
+            raise CoordinatorError("ranges given up: cursors not written, ZooKeeper away")
+        self.hand_back.write_pending()
         writers = [(slots, w) for slots, w in self._writers.items() if w.pending]
-        writers += [(item.lease.slots, item.writer) for item in self._given_up if item.writer]
         for slots, writer in writers:
-            if not writer.pending:
-                continue
             if suspended:
                 raise CoordinatorError(f"range {slots}: cursors not written, ZooKeeper away")
             try:
@@ -175,49 +170,29 @@ class HeldRanges:
         *,
         drained: bool,
         committed: bool,
-        suspended: bool,
         stragglers: list[PartitionState],
     ) -> None:
-        """Stop holding ``slots`` after a drain. Its lease is released now if the drain ended
-        and its last cursors were written; otherwise when :meth:`release_finished` finds the
-        stragglers done and the cursors written."""
+        """Stop holding ``slots`` after a drain. Its lease is released once its last cursors
+        are written and, if the drain timed out, the records still running there finished."""
         lease = self.leases.pop(slots, None)
         writer = self._writers.pop(slots, None)
         if lease is None:
             return  # fenced while draining: the lease is gone already
-        if drained and committed and not suspended:
-            try:
-                self._leases.release(lease)
-                return
-            except Exception as exc:
-                log.warning("releasing the lease of %s failed (%r); retrying", slots, exc)
-        elif not drained:
+        if not drained:
             log.warning(
                 "range %s: drain timed out; its lease is kept until the records still "
                 "running there finish, so the next owner cannot overlap them",
                 slots,
             )
-        self._given_up.append(_GivenUp(lease, [] if drained else stragglers, writer))
+        self.hand_back.add(
+            str(slots),
+            self._release_of(lease),
+            [] if drained else stragglers,
+            write=None if committed or writer is None else writer.flush,
+        )
 
-    def release_finished(self, lock: Any, suspended: bool) -> None:
-        """Release the leases given up whose stragglers have finished, once their last
-        cursors are written (``tick``)."""
-        if not self._given_up or suspended:
-            return  # a release needs the connection; the session may yet come back
-        with lock:
-            done = [item for item in self._given_up if idle(item.stragglers)]
-        for item in done:
-            try:
-                if item.writer is not None and item.writer.pending:
-                    item.writer.flush()  # its last cursors first, or the next owner replays
-                self._leases.release(item.lease)
-            except Fenced:
-                log.error("range %s: lease lost before its release", item.lease.key)
-            except Exception as exc:  # connection lost meanwhile: try again next tick
-                log.warning("releasing the lease of %s failed (%r); retrying", item.lease.key, exc)
-                return
-            self._given_up.remove(item)
-            log.info("range %s: lease released", item.lease.key)
+    def _release_of(self, lease: Lease) -> Callable[[], None]:
+        return lambda: self._leases.release(lease)
 
     # -- losing ranges ------------------------------------------------------------------------
 
@@ -234,10 +209,17 @@ class HeldRanges:
         self._writers.clear()
         self._written.clear()
 
-    def release_all(self) -> None:
-        """Leaving: give every range up, as far as ZooKeeper lets us."""
-        for lease in self.leases.values():
-            with contextlib.suppress(Exception):
-                self._leases.release(lease)
+    def release_all(self, stragglers: list[PartitionState]) -> None:
+        """Leaving: give every range up; each lease stands until no call of ``stragglers``
+        (the member's partitions) runs any more."""
+        for slots, lease in self.leases.items():
+            writer = self._writers.get(slots)
+            pending = writer is not None and writer.pending
+            self.hand_back.add(
+                str(slots),
+                self._release_of(lease),
+                stragglers,
+                write=writer.flush if pending and writer is not None else None,
+            )
         self.leases.clear()
         self._writers.clear()

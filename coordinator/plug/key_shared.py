@@ -35,6 +35,7 @@ from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease
 from coordinator.members import MemberInfo
 from coordinator.plug.deferred_rebuild import DeferredRebuild
+from coordinator.plug.handback import HandBack
 from coordinator.plug.held_ranges import HeldRanges
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
@@ -97,14 +98,18 @@ class KeySharedMember:
             self._leases,
             lambda lease: zk.cursor_writer(self._group, lease),
             self._gate.metrics.fenced,
+            HandBack(self._dispatcher, self._gate.connected),
         )
+        self._states: list[PartitionState] = []  # of the current assignment: a lease waits for them
         self._next_watermark = 0.0
         self._assign_retry_at: float | None = None
         self._regain_at: float | None = None  # granted ranges wait until then to be read
         self._deferred = DeferredRebuild(self._dispatcher, self._options.drain_timeout, self._me)
         self._decoded: Decoded = {}  # the last read's decoded cursors (see stored_cursors)
         self._flushed = True  # did every cursor write since the last drain go through?
-        self._queue = LeaseQueue(self._leases, context.inbox, self._gate.metrics, self._granted)
+        self._queue = LeaseQueue(
+            self._leases, context.inbox, self._gate.metrics, self._granted, self._give_back
+        )
         self._topics = TopicWatch.of(zk.client, zk.layout(self._group), context)
         self._stamps: dict[TP, Incarnation] = {}  # the incarnations the claims were read in
         self._leader: Any = None
@@ -143,7 +148,7 @@ class KeySharedMember:
         due = regain_at is not None and time.monotonic() >= regain_at
         if (due or self._deferred.ready()) and not self._gate.lost:
             self._rebuild(drop=[])
-        self._held.release_finished(self._dispatcher.lock, self._gate.suspended)
+        self._held.hand_back.tick()
         if self._topics.changed() and not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # partitions added, or the topic recreated: read them all
 
@@ -154,19 +159,18 @@ class KeySharedMember:
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""
         self._closing = True
-        if not self._gate.lost and not self._gate.suspended:
-            # Its final cursors are written: bring the group's Kafka offsets up to every range's
-            # cursor, so lag tools see the end even if no leader is left to do it later. Every
-            # member does it, even one holding nothing right now (its ranges may be moving):
-            # the last to leave sees every other member's final cursors.
-            self._commit_low_watermark(wait=True)
+        if self._consumer is not None and self._gate.connected():
+            # Final cursors written: bring the group's Kafka offsets up to every range's cursor,
+            # so lag tools see the end even with no leader left. Every member does it, even one
+            # holding nothing now: the last to leave sees every other member's final cursors.
+            self._topics.commit_low_watermark(self._consumer, leaving=True)
         self._queue.cancel_all()
-        self._held.release_all()
+        self._held.release_all(self._states)  # each lease stands while a call of its keys runs
         self._gate.stop()
         with contextlib.suppress(Exception):
             if self._membership is not None:
                 self._membership.leave()
-        self._zk.close()
+        self._held.hand_back.leave(self._zk.close)
 
     # -- Ownership ------------------------------------------------------------------------------
 
@@ -204,7 +208,9 @@ class KeySharedMember:
             if now >= self._next_watermark:
                 # Until the first one lands, try at every commit interval: before it, Kafka (and
                 # every lag tool) does not know the group at all.
-                committed = self._commit_low_watermark()
+                # Kafka's offsets up to the ranges' cursors (lag tools), superseded cursors
+                # collected (TopicWatch.commit_low_watermark).
+                committed = self._topics.commit_low_watermark(self._consumer)
                 self._next_watermark = now + (_WATERMARK_EVERY if committed else 0.0)
 
     def commit_sync(self, states: Any) -> bool:
@@ -229,12 +235,6 @@ class KeySharedMember:
         self._flushed = self._flushed and ok
         return ok
 
-    def _commit_low_watermark(self, wait: bool = False) -> bool:
-        """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), and
-        collect the cursors superseded since (every re-read reads all of them) or of another
-        topic incarnation (:meth:`TopicWatch.commit_low_watermark`; ``wait``: leaving)."""
-        return self._topics.commit_low_watermark(self._consumer, leaving=wait)
-
     # -- applying assignments (poll thread, through the inbox) ---------------------------------
 
     def _on(self, change: AssignmentChange) -> None:
@@ -257,7 +257,7 @@ class KeySharedMember:
 
     def _granted(self, slots: SlotRange, lease: Lease) -> None:
         if self._closing or self._gate.lost or slots not in self._desired:
-            self._leases.release(lease)
+            self._give_back(slots, lease)
             return
         self._held.add(slots, lease)
         # A read from the cursors drains the whole member and costs ZooKeeper and broker round
@@ -269,6 +269,10 @@ class KeySharedMember:
             self._rebuild(drop=[])
         elif self._regain_at is None:
             self._regain_at = time.monotonic() + _REGAIN_COALESCE_S
+
+    def _give_back(self, slots: SlotRange, lease: Lease) -> None:
+        """A lease granted after it stopped being wanted: released, with retry."""
+        self._held.hand_back.add(str(slots), lambda: self._leases.release(lease))
 
     def _rebuild(self, drop: list[SlotRange]) -> None:
         """Drain, write cursors, release ``drop``'s leases, then read again from the cursors of
@@ -283,13 +287,7 @@ class KeySharedMember:
         drained = events.revoked(list(self._assigned)) if self._assigned else True
         committed = self._flushed
         for slots in drop:
-            self._held.give_up(
-                slots,
-                drained=drained,
-                committed=committed,
-                suspended=self._gate.suspended,
-                stragglers=old_states,
-            )
+            self._held.give_up(slots, drained=drained, committed=committed, stragglers=old_states)
         self._assign_from_cursors()
 
     def _assign_from_cursors(self) -> None:
@@ -304,6 +302,7 @@ class KeySharedMember:
             with contextlib.suppress(Exception):
                 self._consumer.assign([])
             self._assigned = []
+            self._states = []
             self._claims = {}
         else:
             self._assign_retry_at = None
@@ -331,11 +330,9 @@ class KeySharedMember:
         self._assigned = [(tp.topic, tp.partition) for tp in targets]
         if self._assigned:
             events.assigned(list(self._assigned))
-        for tp in self._assigned:
-            state = events.states.get(tp)
-            claims = self._claims[tp]
-            if state is not None:
-                state.fencing = token_lookup(claims, self._slot)
+        self._states = [events.states[tp] for tp in self._assigned if tp in events.states]
+        for state in self._states:
+            state.fencing = token_lookup(self._claims[state.tp], self._slot)
         slots_held = sum(slots.hi - slots.lo + 1 for slots in self._held)
         for topic in self._ctx.topics:
             self._gate.metrics.owned(topic, ranges=len(self._held), slots=slots_held)
@@ -384,6 +381,7 @@ class KeySharedMember:
         if self._assigned:
             events.lost(list(self._assigned))
         self._assigned = []
+        self._states = []
         with contextlib.suppress(KafkaException):
             self._consumer.assign([])
         # Handlers of the fenced work may still run: wait for them (bounded) before this member

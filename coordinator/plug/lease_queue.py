@@ -57,6 +57,7 @@ class LeaseQueue:
     :param inbox: where grants are delivered (the poll thread runs them).
     :param metrics: pending drains and hand-over waits are reported here.
     :param on_granted: called on the poll thread with each lease that is still wanted.
+    :param give_back: releases a lease granted after it was withdrawn (with retry).
     """
 
     def __init__(
@@ -65,7 +66,9 @@ class LeaseQueue:
         inbox: PollInbox,
         metrics: CoordinatorMetrics,
         on_granted: Granted,
+        give_back: Granted,
     ) -> None:
+        self._give_back = give_back
         self._leases = leases
         self._inbox = inbox
         self._metrics = metrics
@@ -115,7 +118,7 @@ class LeaseQueue:
         self, slots: SlotRange, pending: PendingLease, lease: Lease, waited: float
     ) -> None:
         if self._pending.get(slots) is not pending:
-            self._leases.release(lease)  # withdrawn meanwhile
+            self._give_back(slots, lease)  # withdrawn meanwhile
             return
         del self._pending[slots]
         self._metrics.pending_drains(len(self._pending))

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -41,6 +40,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicP
 from kazoo.exceptions import KazooException
 
 from coordinator.leases import Lease, PendingLease
+from coordinator.plug.handback import HandBack, gone
 from coordinator.plug.lease_queue import wait_in_background
 from coordinator.plug.leased_commits import LeasedCommits
 from coordinator.plug.session_gate import SessionGate
@@ -91,14 +91,14 @@ class PartitionLeaseMember:
         self._held: dict[TP, Lease] = {}  # granted and handed to the poll loop
         self._state: dict[TP, PartitionState] = {}  # the poll loop's state of each held one
         self._ready: dict[TP, Lease] = {}  # granted, waiting for this member's own stragglers
-        self._stragglers: list[tuple[Lease | None, PartitionState]] = []
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
+        self._hand_back = HandBack(self._dispatcher, self._gate.connected)
         self.commits = LeasedCommits(
             zk.client,
             self._directory,
             self._gate,
             self._held,
-            lambda tp, lease: context.inbox.post(_call(self._lease_gone, tp, lease)),
+            lambda tp, lease: context.inbox.post(_call(self._leasegone, tp, lease)),
         )
         self._closing = False
 
@@ -129,14 +129,7 @@ class PartitionLeaseMember:
 
     def tick(self) -> None:
         """Release leases whose stragglers finished; start grants that waited for them."""
-        if self._stragglers:
-            with self._dispatcher.lock:
-                done = [item for item in self._stragglers if item[1].running == 0]
-            for item in done:
-                self._stragglers.remove(item)
-                if item[0] is not None:
-                    self._release(item[0])
-                    log.info("%s: stragglers finished, lease released", item[1])
+        self._hand_back.tick()
         for tp in [tp for tp in self._ready if not self._straggling(tp)]:
             self._start(tp, self._ready.pop(tp))
         if self._unqueued and time.monotonic() >= self._next_requeue:
@@ -153,41 +146,15 @@ class PartitionLeaseMember:
         for pending, _ in self._pending.values():
             pending.cancel()
         self._pending.clear()
-        kept: list[tuple[Lease | None, PartitionState | None]] = [
-            (lease, self._state.get(tp)) for tp, lease in self._held.items()
-        ]
-        kept += [(lease, None) for lease in self._ready.values()]
-        kept += self._stragglers
+        for tp, lease in self._held.items():
+            state = self._state.get(tp)
+            self._hand_back.add(_name(tp), self._release_of(lease), [state] if state else [])
+        for tp, lease in self._ready.items():
+            self._hand_back.add(_name(tp), self._release_of(lease))
         self._held.clear()
         self._ready.clear()
-        self._stragglers.clear()
         self._gate.stop()
-        with self._dispatcher.lock:
-            busy = [(lease, s) for lease, s in kept if s is not None and s.running > 0]
-        for lease, state in kept:
-            if lease is not None and (lease, state) not in busy:
-                self._release(lease)
-        if not busy:
-            self._zk.close()
-            return
-        log.warning(
-            "leaving with handlers still running in %s: their leases are kept until they "
-            "finish (or this process ends and its ZooKeeper session expires)",
-            ", ".join(sorted({str(s) for _, s in busy})),
-        )
-        threading.Thread(
-            target=self._close_when_idle, args=(busy,), name="keyshared-lease-keeper", daemon=True
-        ).start()
-
-    def _close_when_idle(self, busy: list[tuple[Lease | None, PartitionState]]) -> None:
-        states = [s for _, s in busy]
-        while not self._dispatcher.wait_drained(states, timeout=60.0):
-            log.info("still waiting for handlers in %s before releasing their leases", states)
-        for lease, state in busy:
-            if lease is not None:
-                self._release(lease)
-                log.info("%s: stragglers finished after leaving, lease released", state)
-        self._zk.close()
+        self._hand_back.leave(self._zk.close)
 
     # -- the group's rebalance callbacks (poll thread, inside consume) ----------------------------
 
@@ -216,7 +183,7 @@ class PartitionLeaseMember:
             return
         events.revoked(held)
         for tp in held:
-            self._hand_back(tp)
+            self._give_back(tp)
 
     def _on_lost(self, tps: list[TP]) -> None:
         """Taken away without a revoke: discard, commit nothing, release once nothing runs."""
@@ -228,7 +195,7 @@ class PartitionLeaseMember:
         if held:
             events.lost(held)
         for tp in held:
-            self._hand_back(tp)
+            self._give_back(tp)
 
     def _forget(self, tps: list[TP]) -> None:
         """The group took these away: stop waiting for their leases."""
@@ -240,26 +207,24 @@ class PartitionLeaseMember:
                 pending[0].cancel()
             ready = self._ready.pop(tp, None)
             if ready is not None:
-                self._release(ready)
+                self._hand_back.add(_name(tp), self._release_of(ready))
         self._gate.metrics.pending_drains(len(self._pending))
 
-    def _hand_back(self, tp: TP) -> None:
-        """Release the lease of a partition the poll loop let go, or keep it while it runs."""
+    def _give_back(self, tp: TP) -> None:
+        """Release the lease of a partition the poll loop let go, once nothing of it runs."""
         lease = self._held.pop(tp)
         state = self._state.pop(tp, None)
-        with self._dispatcher.lock:
-            idle = state is None or state.running == 0
-        if idle:
-            self._release(lease)
-            return
-        assert state is not None
-        log.warning(
-            "%s: %d handler(s) still running after the drain; the lease is kept until they "
-            "finish, so the next owner cannot overlap them",
-            state,
-            state.running,
-        )
-        self._stragglers.append((lease, state))
+        if state is not None:
+            with self._dispatcher.lock:
+                running = state.running
+            if running:
+                log.warning(
+                    "%s: %d handler(s) still running after the drain; the lease is kept until "
+                    "they finish, so the next owner cannot overlap them",
+                    state,
+                    running,
+                )
+        self._hand_back.add(_name(tp), self._release_of(lease), [state] if state else [])
 
     # -- leases -----------------------------------------------------------------------------------
 
@@ -302,7 +267,7 @@ class PartitionLeaseMember:
     def _granted(self, tp: TP, pending: PendingLease, lease: Lease) -> None:
         entry = self._pending.get(tp)
         if entry is None or entry[0] is not pending or self._closing or self._gate.lost:
-            self._release(lease)  # withdrawn meanwhile
+            self._hand_back.add(_name(tp), self._release_of(lease))  # withdrawn meanwhile
             return
         del self._pending[tp]
         self._gate.metrics.pending_drains(len(self._pending))
@@ -325,13 +290,20 @@ class PartitionLeaseMember:
             return
         offset, metadata = starts.get(tp, (None, ""))
         where = offset if offset is not None else self._reset_position()
-        partition = TopicPartition(tp[0], tp[1], where)
-        self._consumer.seek(partition)
-        self._consumer.resume([TopicPartition(tp[0], tp[1])])
         self._held[tp] = lease
         self.commits.starts[tp] = (offset, metadata)
-        events.assigned([tp])
-        self.commits.starts.pop(tp, None)
+        try:  # seek raises while the fetcher has not started; assigned, on a key-state timeout
+            self._consumer.seek(TopicPartition(tp[0], tp[1], where))
+            self._consumer.resume([TopicPartition(tp[0], tp[1])])
+            events.assigned([tp])
+        except Exception as exc:  # retried from tick: a lease neither used nor released blocks
+            log.warning("%s[%d]: starting failed (%r); retrying", *tp, exc)
+            self._held.pop(tp)
+            self._pause([tp])
+            self._ready[tp] = lease
+            return
+        finally:
+            self.commits.starts.pop(tp, None)
         state = events.states.get(tp)
         if state is not None:
             self._state[tp] = state
@@ -344,14 +316,11 @@ class PartitionLeaseMember:
         return OFFSET_BEGINNING if reset in ("smallest", "earliest", "beginning") else OFFSET_END
 
     def _straggling(self, tp: TP) -> bool:
-        with self._dispatcher.lock:
-            return any(s.tp == tp and s.running > 0 for _, s in self._stragglers)
+        return self._hand_back.busy(_name(tp))
 
-    def _release(self, lease: Lease) -> None:
-        try:
-            self._leases.release(lease)
-        except KazooException as exc:  # disconnected: the lease goes with the session
-            log.warning("releasing lease %s failed: %s", lease.path, exc)
+    def _release_of(self, lease: Lease) -> Callable[[], None]:
+        """The release of ``lease``, retried by the hand-back until ZooKeeper takes it."""
+        return lambda: self._leases.release(lease)
 
     # -- the session ------------------------------------------------------------------------------
 
@@ -365,8 +334,9 @@ class PartitionLeaseMember:
         held = list(self._held)
         if held:
             events.lost(held)
-        self._stragglers = [(None, s) for _, s in self._stragglers]
-        self._stragglers += [(None, s) for s in self._state.values()]
+        self._hand_back.fence_all()
+        for tp, state in self._state.items():
+            self._hand_back.add(_name(tp), gone, [state], alive=False)
         self._held.clear()
         self._state.clear()
         self._pause(self._assigned)
@@ -384,7 +354,7 @@ class PartitionLeaseMember:
             with contextlib.suppress(KafkaException):
                 self._consumer.pause(parts)
 
-    def _lease_gone(self, tp: TP, lease: Lease) -> None:
+    def _leasegone(self, tp: TP, lease: Lease) -> None:
         """Someone removed a lease this member held: stop the partition, queue for it again."""
         if self._held.get(tp) is not lease:
             return
@@ -392,7 +362,7 @@ class PartitionLeaseMember:
         self._held.pop(tp)
         state = self._state.pop(tp, None)
         if state is not None:
-            self._stragglers.append((None, state))
+            self._hand_back.add(_name(tp), gone, [state], alive=False)
         self._pause([tp])
         if tp in self._assigned:
             self._queue_for(tp)
@@ -400,6 +370,10 @@ class PartitionLeaseMember:
     def _require_events(self) -> MembershipEvents:
         assert self._events is not None, "join() has not been called"
         return self._events
+
+
+def _name(tp: TP) -> str:
+    return f"{tp[0]}[{tp[1]}]"
 
 
 def _tps(partitions: list[TopicPartition]) -> list[TP]:

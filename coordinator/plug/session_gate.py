@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kazoo.client import KazooState
+
 from coordinator.session import SessionEvent, SessionState
 from keyshared.core.health import Role
 from keyshared.kafka.seams import PlugContext
@@ -87,6 +89,39 @@ class SessionGate:
             target=self._probe, name="keyshared-zk-liveness", daemon=True
         )
         self._prober.start()
+
+    def connected(self) -> bool:
+        """Whether ZooKeeper can be written for this session now (not suspended, not lost)."""
+        return not (self.suspended or self.lost)
+
+    def await_connection(self) -> bool:
+        """Wait, at most one session timeout, for a dropped connection to come back; True if
+        it did within the session. For a hand-over's final commit: refused while suspended, it
+        would leave finished records to the next owner; past a session timeout away the
+        session has expired, and its lease or lock with it (kazoo says LOST on reconnect)."""
+        client = self._zk.client
+        changed = threading.Event()
+
+        def listener(_state: str) -> bool:
+            changed.set()
+            return False
+
+        client.add_listener(listener)
+        try:
+            deadline = time.monotonic() + self._zk.session_timeout
+            while client.state == KazooState.SUSPENDED and not self.lost:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                changed.wait(remaining)
+                changed.clear()
+        finally:
+            client.remove_listener(listener)
+        if self.lost or client.state != KazooState.CONNECTED:
+            return False
+        log.info("ZooKeeper connection back within the session: committing")
+        self.suspended = False  # the RESUMED event follows through the inbox
+        return True
 
     def live(self) -> bool:
         """Whether a round trip to ZooKeeper succeeded recently enough to trust the session."""

@@ -8,6 +8,7 @@ options, runs the loop, and tears everything down in the right order.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import logging
@@ -136,6 +137,7 @@ class KeySharedConsumer:
         self._client_errors = ClientErrors(user_error_cb if callable(user_error_cb) else None)
         # Built now so that a bad librdkafka property fails here, naming it, not in run().
         self._consumer = build_consumer(self._config, self._on_commit, self._client_errors)
+        self._consumer_closed = False
         self._started = threading.Event()
         self._dispatcher: Dispatcher | None = None
         self._keystate: KeyStateStore | None = None
@@ -172,8 +174,18 @@ class KeySharedConsumer:
             self._consumer.close()
             self._finished.set()
             return
+        with contextlib.ExitStack() as stack:
+            # One tear-down path, in reverse order of what started; every exit takes it
+            # (a coordinator that cannot plug in, an exception out of the poll loop).
+            stack.callback(self._finished.set)
+            stack.callback(self._close_consumer)  # if something below fails before polling
+            self._run_parts(stack)
+        log.info("consumer %s of group %s stopped", self.member, self.group)
+
+    def _run_parts(self, stack: contextlib.ExitStack) -> None:
         options = self.options
         metrics = ConsumerMetrics(self.group, self.member)
+        stack.callback(metrics.close)
         metrics.set_workers(options.workers)
         for topic in (t for t in self.topics if not t.startswith("^")):
             # Known topics' series start at zero; a pattern subscription's appear on use.
@@ -181,7 +193,7 @@ class KeySharedConsumer:
             if options.poison_for(topic).dead_letters:
                 metrics.expect_dlq(options.dlq_topic_for(topic))
         scheduler = Scheduler()
-        runner = self._make_runner(scheduler)
+        stack.callback(scheduler.close)
         dlq = DeadLetterWriter(
             self._config,
             self.group,
@@ -190,6 +202,7 @@ class KeySharedConsumer:
             scheduler.call_later,
             redact=options.redact,
         )
+        stack.callback(dlq.close, 5.0)
         policies = {options.poison, *options.poison_by_topic.values()}
         if policies & set(_NEEDS_KEYSTATE):
             self._keystate = KeyStateStore(
@@ -199,7 +212,10 @@ class KeySharedConsumer:
                 scheduler.call_later,
                 redact=options.redact,
             )
+            stack.callback(self._keystate.close)
             self._keystate.start()
+        runner = self._make_runner(scheduler)
+        stack.callback(runner.close)  # before the DLQ and key state: its last records use them
         self._dispatcher = Dispatcher(
             options, runner.count, runner.submit, on_draining=runner.on_draining
         )
@@ -218,23 +234,14 @@ class KeySharedConsumer:
         inbox = PollInbox()
         plug = Plug()
         txn = transactional_store(consumer, self._config, options, metrics, self._dispatcher)
+        if txn is not None:
+            stack.callback(txn.close)
         if self._coordinator is not None:
             context = PlugContext(
                 self.group, self.member, self.topics, options, self._dispatcher, inbox, metrics,
                 self.stop, dict(self._config), txn,
             )  # fmt: skip
-            try:
-                plug = self._coordinator.plug(context)
-            except BaseException:
-                consumer.close()
-                if txn is not None:
-                    txn.close()
-                runner.close()
-                dlq.close(1.0)
-                scheduler.close()
-                metrics.close()
-                self._finished.set()
-                raise
+            plug = self._coordinator.plug(context)
         if plug.ownership is not None:
             self._dispatcher.use_ownership(plug.ownership)
         if txn is not None and plug.cursor_store is None:
@@ -262,27 +269,21 @@ class KeySharedConsumer:
                 hotkeys=lambda: hot_keys_report(self._loop, redact=options.redact),
                 health=HealthView(self._loop, options, self._stop),
             )
+            stack.callback(self._metrics_server.close)
             log.info("metrics at %s", self._metrics_server.url)
+        stack.callback(self._close_consumer)  # first of all once the loop ends: leave the group
         self._started.set()
+        self._loop.run()
+
+    def _close_consumer(self) -> None:
+        """Close the Kafka consumer (once; a failure is logged, the tear-down goes on)."""
+        if self._consumer_closed:
+            return
+        self._consumer_closed = True
         try:
-            self._loop.run()
-        finally:
-            try:
-                consumer.close()
-            except (KafkaException, RuntimeError) as exc:
-                log.warning("closing the consumer failed: %s", exc)
-            runner.close()
-            dlq.close(5.0)
-            if txn is not None:
-                txn.close()
-            if self._keystate is not None:
-                self._keystate.close()
-            scheduler.close()
-            metrics.close()
-            if self._metrics_server is not None:
-                self._metrics_server.close()
-            self._finished.set()
-            log.info("consumer %s of group %s stopped", self.member, self.group)
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("closing the consumer failed: %s", exc)
 
     def _make_runner(self, scheduler: Scheduler) -> Runner:
         """Thread pool for plain handlers, one event loop for ``async def``, or the pull queue."""

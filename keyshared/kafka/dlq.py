@@ -84,7 +84,7 @@ class DlqHeader:
     LAST_FAILURE = "keyshared.failure.last"
 
 
-@dataclass
+@dataclass(eq=False)
 class _Letter:
     """One dead letter on its way."""
 
@@ -93,9 +93,19 @@ class _Letter:
     headers: list[tuple[str, str | bytes | None]]
     still_wanted: Callable[[], bool]
     on_acked: Callable[[], None]
+    on_abandoned: Callable[[], None] | None = None
 
     def __str__(self) -> str:
         return f"{self.msg.topic()}[{self.msg.partition()}]@{self.msg.offset()}"
+
+    def abandon(self) -> None:
+        """Not written (partition gone, writer closed): the record goes to the next owner, and
+        stops counting as running here, or its partition's lease waits for it for good."""
+        try:
+            if self.on_abandoned is not None:
+                self.on_abandoned()
+        except Exception:
+            log.exception("abandoning dead letter %s failed", self)
 
     @property
     def source_order(self) -> tuple[str, int, int]:
@@ -182,14 +192,17 @@ class DeadLetterWriter:
         first_failure: float,
         still_wanted: Callable[[], bool],
         on_acked: Callable[[], None],
+        on_abandoned: Callable[[], None] | None = None,
     ) -> None:
         """Queue ``msg`` (a confluent_kafka.Message) for its DLQ; ``on_acked`` runs once, on the
-        writer's thread, after the broker acknowledged it. Returns at once."""
+        writer's thread, after the broker acknowledged it, or else ``on_abandoned`` once, when
+        the letter is given up (``still_wanted()`` turned False, or the writer closed). Returns
+        at once."""
         headers = provenance_headers(
             msg, self._group, attempts, error, reason, traceback_text, first_failure, self._redact
         )
         topic = self._dlq_topic_for(msg.topic())
-        self._inbox.put(_Letter(msg, topic, headers, still_wanted, on_acked))
+        self._inbox.put(_Letter(msg, topic, headers, still_wanted, on_acked, on_abandoned))
 
     def close(self, timeout: float) -> None:
         """Write what is queued, wait up to ``timeout`` seconds for acks, stop the thread.
@@ -203,6 +216,8 @@ class DeadLetterWriter:
         self._closing.set()
         self._inbox.put(None)
         self._thread.join(timeout + 1.0)
+        if not self._thread.is_alive():
+            self._abandon_all()
         if self._thread.is_alive() or len(self._producer):
             log.warning(
                 "DLQ writer did not finish within %.1fs; unacknowledged dead letters "
@@ -227,6 +242,7 @@ class DeadLetterWriter:
                 self._wake(item)
             else:
                 self._producer.poll(0.01)
+                self._abandon_unwanted()
                 if self._fatal is not None:
                     self._replace_producer(self._fatal)
                 if (
@@ -242,13 +258,34 @@ class DeadLetterWriter:
             held.append(letter)  # the topic is backing off; keep source order behind it
         elif letter.still_wanted():
             self._write(letter)
+        else:
+            letter.abandon()
 
     def _wake(self, dlq_topic: str) -> None:
         letters = sorted(self._held.pop(dlq_topic, ()), key=lambda letter: letter.source_order)
         if self._closing.is_set():
-            return  # not done, so redelivered to the partition's next owner
+            for letter in letters:
+                letter.abandon()  # not done, so redelivered to the partition's next owner
+            return
         for letter in letters:
             self._submit(letter)
+
+    def _abandon_unwanted(self) -> None:
+        """Give up held letters of a partition gone now, not at their topic's next retry (up
+        to ``max_backoff`` away): until then the partition's lease waits for them."""
+        for topic, held in list(self._held.items()):
+            if gone := [letter for letter in held if not letter.still_wanted()]:
+                self._held[topic] = [letter for letter in held if letter not in gone]
+                for letter in gone:
+                    letter.abandon()
+
+    def _abandon_all(self) -> None:
+        """Closed, the writer thread ended: abandon what was not acknowledged."""
+        self._producer.purge()  # in flight: their failure reports hold them below
+        self._producer.poll(0)
+        held, self._held = self._held, {}
+        for letter in (letter for letters in held.values() for letter in letters):
+            letter.abandon()
 
     def _write(self, letter: _Letter) -> None:
         try:

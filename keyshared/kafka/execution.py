@@ -243,6 +243,7 @@ class RecordExecutor:
             first_failure=entry.first_failure or time.time(),
             still_wanted=lambda: state.phase is not Phase.GONE,
             on_acked=lambda: then(state, entry),
+            on_abandoned=lambda: self._dispatcher.abandon(state),
         )
 
     def _finish_dead_lettered(self, state: PartitionState, entry: Entry[Any]) -> None:
@@ -279,6 +280,7 @@ class RecordExecutor:
             entry.offset,
             still_wanted=lambda: state.phase is not Phase.GONE,
             on_durable=durable,
+            on_abandoned=lambda: self._dispatcher.abandon(state),
         )
 
 

@@ -102,8 +102,28 @@ class PollLoop:
     # -- main loop -----------------------------------------------------------------------------
 
     def run(self) -> None:
-        self.last_iteration = time.monotonic()
-        self._membership.join(self._consumer, self._topics, self)
+        """Poll until stopped, drain and commit, then leave. On an exception nothing more is
+        committed, but the membership still leaves (its ZooKeeper session ends once no call
+        runs any more), so a process that catches the error holds nothing of this run."""
+        failed = True
+        try:
+            self.last_iteration = time.monotonic()
+            self._membership.join(self._consumer, self._topics, self)
+            self._poll_until_stopped()
+            self._shutdown()
+            failed = False
+        finally:
+            if failed:
+                self._dispatcher.remove(self.states.values())
+                self.states = {}
+            try:
+                self._membership.leave()
+            except Exception:
+                if not failed:
+                    raise
+                log.exception("leaving after a failure failed too")
+
+    def _poll_until_stopped(self) -> None:
         interval = self._options.commit_interval
         next_commit = time.monotonic() + interval
         next_sample = time.monotonic() + _SAMPLE_INTERVAL
@@ -127,8 +147,6 @@ class PollLoop:
             if now >= next_sample:
                 self.sample_metrics()
                 next_sample = now + _SAMPLE_INTERVAL
-        self._shutdown()
-        self._membership.leave()
 
     def _admit(self, messages: list[Any]) -> None:
         by_partition: dict[TP, list[Any]] = defaultdict(list)

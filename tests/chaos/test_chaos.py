@@ -59,11 +59,11 @@ def long_plan(plan: ChaosPlan, minutes: float, rate: float | None = None) -> Cha
     )
 
 
-OPEN: tuple[str, ...] = ("partition_leases",)
+OPEN: tuple[str, ...] = ()
 """Modes whose short runs still fail now and then: run by hand with ``--chaos`` until they are
-resolved, so that a red CI run means a regression. Partition leases: finding 17 (docs/chaos.md),
-2 unexplained duplicates in 1 of 3 short runs on 2026-11-25, from a revoke during a suspended
-ZooKeeper session whose final commit is refused (issue 24, defect 7, open)."""
+resolved, so that a red CI run means a regression. None now: partition leases' finding 17
+(docs/chaos.md) was fixed by issue 24's defect 7 (a revoke during a suspended session waits
+for it before its final commit)."""
 
 
 @pytest.mark.parametrize(

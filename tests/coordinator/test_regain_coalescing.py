@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from coordinator.plug import key_shared
+from coordinator.plug.handback import HandBack
 from coordinator.plug.held_ranges import HeldRanges
 from coordinator.plug.key_shared import KeySharedMember
 from keyshared.core.slots import SlotRange
@@ -37,11 +38,12 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
     """A member whose plan wants RANGES, ``waiting`` of them not granted yet."""
     m = KeySharedMember.__new__(KeySharedMember)
     rebuilds: list[int] = []
+    hand_back = HandBack(SimpleNamespace(lock=None), lambda: True)  # type: ignore[arg-type]
     fields: dict[str, Any] = {
         "_closing": False,
         "_gate": SimpleNamespace(lost=False, suspended=False),
         "_desired": tuple(RANGES),
-        "_held": HeldRanges(SimpleNamespace(), lambda lease: object(), lambda: None),  # type: ignore[arg-type, return-value]
+        "_held": HeldRanges(SimpleNamespace(), lambda lease: object(), lambda: None, hand_back),  # type: ignore[arg-type, return-value]
         "_assign_retry_at": None,
         "_regain_at": None,
         "_queue": Queue(waiting),

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from coordinator.errors import CoordinatorError, Fenced
+from coordinator.plug.handback import HandBack
 from coordinator.plug.held_ranges import HeldRanges
 from coordinator.plug.key_shared import KeySharedMember
 from keyshared.core.slots import SlotRange
@@ -47,7 +48,8 @@ def held_ranges(log: list[str], *writers: Writer) -> HeldRanges:
     """Ranges 0-99, 100-199, ... held, each with the next of ``writers``."""
     leases = SimpleNamespace(release=lambda lease: log.append("released"))
     queue = list(writers)
-    held = HeldRanges(leases, lambda lease: queue.pop(0), lambda: None)  # type: ignore[arg-type, return-value]
+    hand_back = HandBack(SimpleNamespace(lock=_NoLock()), lambda: True)  # type: ignore[arg-type]
+    held = HeldRanges(leases, lambda lease: queue.pop(0), lambda: None, hand_back)  # type: ignore[arg-type, return-value]
     for i in range(len(writers)):
         slots = SlotRange(100 * i, 100 * i + 99)
         held.add(slots, SimpleNamespace(token=7 + i, key=str(slots)))  # type: ignore[arg-type]
@@ -124,12 +126,12 @@ def test_a_dropped_range_writes_its_last_cursors_before_its_release() -> None:
     log: list[str] = []
     writer = Writer(log, fail=CoordinatorError)
     held = held_ranges(log, writer)
-    held.give_up(RANGE, drained=True, committed=False, suspended=False, stragglers=[])
+    held.give_up(RANGE, drained=True, committed=False, stragglers=[])
     assert RANGE not in held
-    held.release_finished(_NoLock(), suspended=False)
+    held.hand_back.tick()
     assert "released" not in log, "released before its cursors were written"
     writer.fail = None
-    held.release_finished(_NoLock(), suspended=False)
+    held.hand_back.tick()
     assert log[-2:] == ["written", "released"]
-    held.release_finished(_NoLock(), suspended=False)
+    held.hand_back.tick()
     assert log.count("released") == 1

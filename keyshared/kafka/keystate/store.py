@@ -88,6 +88,8 @@ class KeyStateStore:
         self._end = TopicEnd(self.topic, self._client)
         self._reader = KeyStateReader(self.topic, self._client, on_release)
         self._closed = threading.Event()
+        self._parks: dict[object, Callable[[], None]] = {}  # pending parks: their abandonment
+        self._parks_lock = threading.Lock()
         self._serve_thread = threading.Thread(target=self._serve, name="keyshared-keys-producer",
                                               daemon=True)  # fmt: skip
         self._serve_thread.start()
@@ -109,6 +111,10 @@ class KeyStateStore:
             return
         unsent = self._producer.flush(timeout)
         self._closed.set()
+        with self._parks_lock:
+            pending = list(self._parks.values())
+        for abandon in pending:
+            abandon()  # not durable: the next owner parks the key again if it must
         self._reader.close(timeout)
         self._serve_thread.join(timeout)
         if unsent == 0 and not self._serve_thread.is_alive():
@@ -181,26 +187,42 @@ class KeyStateStore:
         *,
         still_wanted: Callable[[], bool],
         on_durable: Callable[[], None],
+        on_abandoned: Callable[[], None] | None = None,
     ) -> None:
         """Record ``key`` as parked; ``on_durable`` runs once the broker acknowledged it.
 
         A failed write is logged and retried with a capped backoff while ``still_wanted()``;
-        when the partition has moved on, its next owner parks the key again if it must.
+        when the partition has moved on, its next owner parks the key again if it must, and
+        ``on_abandoned`` runs once instead (also for a park still pending at :meth:`close`):
+        the record must stop counting as running here, or its partition's lease waits for it.
         """
         record_key = encode_key(topic, partition, key)
         value = encode_state(KeyState("parked", offset, time.time()))
         where = f"key {shown_key(key, self._redact)} of {topic}[{partition}] (offset {offset})"
+        token = object()
+
+        def settle(outcome: Callable[[], None] | None, what: str) -> None:
+            with self._parks_lock:
+                if self._parks.pop(token, None) is None:
+                    return  # settled already (close() abandoned it)
+            if outcome is not None:
+                try:
+                    outcome()
+                except Exception:
+                    log.exception("%s the park of %s failed", what, where)
+
+        with self._parks_lock:
+            self._parks[token] = lambda: settle(on_abandoned, "abandoning")
 
         def attempt(failures: int) -> None:
             if not self._closed.is_set() and still_wanted():
                 self._produce(record_key, value, lambda err, _msg: report(err, failures))
+            else:
+                settle(on_abandoned, "abandoning")
 
         def report(err: KafkaError | None, failures: int) -> None:
             if err is None:
-                try:
-                    on_durable()
-                except Exception:
-                    log.exception("completing the park of %s failed", where)
+                settle(on_durable, "completing")
                 return
             delay = retry_delay(failures + 1, *self._backoff)
             log.error("parking %s in %r failed, retrying in %.1fs: %s",

@@ -1,0 +1,81 @@
+"""A failure while taking up a lease or the lock does not orphan it (issue 24, defect 6).
+
+- ``exclusive``: the key-state read of an activation times out. The member held the lock and
+  processed nothing, and every standby waited behind it for good; now it gives the lock up and
+  stands by again.
+- partition leases: ``seek()`` raises at the grant (the fetcher had not started). The lease was
+  neither used nor released; now the start is retried.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from coordinator.plug import partition_leases
+from keyshared.kafka.keystate import KeyStateStore
+from keyshared.kafka.keystate.errors import KeyStateError
+from tests.coordinator.conftest import WAIT_S
+from tests.coordinator.members import StartMember, members_for
+from tests.kafka.support.journal import produce
+
+
+@pytest.fixture
+def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
+    yield from members_for(kafka_bootstrap, zookeeper_hosts)
+
+
+def test_an_activation_whose_key_state_read_fails_gives_the_lock_up_and_tries_again(
+    start: StartMember,
+    new_topic: object,
+    new_group: object,
+    kafka_bootstrap: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = new_topic(1)  # type: ignore[operator]
+    group = new_group("activation-keystate")  # type: ignore[operator]
+    produce(kafka_bootstrap, topic, [(b"k", 1)])
+    original = KeyStateStore.load
+    failed = threading.Event()
+
+    def load(self: KeyStateStore, *args: Any, **kwargs: Any) -> Any:
+        if not failed.is_set():
+            failed.set()
+            raise KeyStateError("injected: reading the key state timed out")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(KeyStateStore, "load", load)
+    handled = threading.Event()
+    start(group, topic, lambda record: handled.set(), mode="exclusive", poison="block")
+    assert handled.wait(WAIT_S * 2), "the member kept the lock after a failed activation"
+    assert failed.is_set()
+
+
+def test_a_grant_whose_seek_fails_is_started_again(
+    start: StartMember,
+    new_topic: object,
+    new_group: object,
+    kafka_bootstrap: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = new_topic(1)  # type: ignore[operator]
+    group = new_group("grant-seek")  # type: ignore[operator]
+    produce(kafka_bootstrap, topic, [(b"k", 1)])
+    real = partition_leases.TopicPartition
+    failed = threading.Event()
+
+    def topic_partition(*args: Any) -> Any:
+        if len(args) == 3 and not failed.is_set():  # the one _start() seeks to
+            failed.set()
+            raise KafkaException(KafkaError(KafkaError._STATE, "injected: fetcher not started"))
+        return real(*args)
+
+    monkeypatch.setattr(partition_leases, "TopicPartition", topic_partition)
+    handled = threading.Event()
+    start(group, topic, lambda record: handled.set(), mode="partition")
+    assert handled.wait(WAIT_S * 2), "the granted lease was neither used nor released"
+    assert failed.is_set()
