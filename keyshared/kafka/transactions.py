@@ -324,15 +324,24 @@ class TransactionalCommitter(Committer):
         events = self._events
         if not self._redo_pending or events is None:
             return True
+        tps: list[TP] = []
         try:
             assignment = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
             tps = [t for t in self._redo_pending if t in assignment and t not in events.states]
+            # A rebalance that assigned a pending partition again has rebuilt and positioned
+            # it already; it only needs resuming.
+            rebuilt = [t for t in self._redo_pending if t in assignment and t in events.states]
             events.assigned(tps)
         except Exception as exc:
+            # Roll back states built before the failure: a retry that found them would take
+            # them as rebuilt and leave their partitions paused at a position nobody set.
+            partial = [t for t in tps if t in events.states]
+            if partial:
+                events.lost(partial)
             log.warning("redo: reading the committed offsets failed, retrying: %s", exc)
             return False
         self._redo_pending.clear()
-        partitions = []
+        partitions = [TopicPartition(*t) for t in rebuilt]
         for tp in tps:
             state = events.states.get(tp)
             fencing = self._redo_fencing.pop(tp, None)

@@ -60,6 +60,7 @@ class FakeProducer:
 class FakeConsumer:
     def __init__(self) -> None:
         self.seeks: list[tuple[int, int]] = []
+        self.paused: set[int] = set()
 
     def consumer_group_metadata(self) -> str:
         return "generation-1"
@@ -73,9 +74,11 @@ class FakeConsumer:
     def seek(self, tp: TopicPartition) -> None:
         self.seeks.append((tp.partition, tp.offset))
 
-    def pause(self, tps: list[TopicPartition]) -> None: ...
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.paused.update(tp.partition for tp in tps)
 
-    def resume(self, tps: list[TopicPartition]) -> None: ...
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.paused.difference_update(tp.partition for tp in tps)
 
 
 class Events:
@@ -84,6 +87,7 @@ class Events:
     def __init__(self, state: PartitionState) -> None:
         self.states = {state.tp: state}
         self.log: list[str] = []
+        self.fail_after_state = 0  # assigned() calls that build the state, then raise
 
     def lost(self, tps: list[tuple[str, int]]) -> None:
         self.log.append("lost")
@@ -94,6 +98,11 @@ class Events:
         self.log.append("assigned")
         for tp in tps:
             self.states[tp] = PartitionState(tp[0], tp[1], None, committed=2)  # type: ignore[arg-type]
+        if self.fail_after_state:
+            # As the poll loop's assigned() can: states built, then reading the positions
+            # (or the broker) fails before it returns.
+            self.fail_after_state -= 1
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
 
 
 @pytest.fixture
@@ -180,3 +189,20 @@ def test_a_fatal_failure_replaces_the_producer_before_the_next_transaction(desk:
     committer.commit_async([fresh])
     second = FakeProducer.instances[-1]
     assert second is not first and second.calls[0] == ("init",) and ("commit",) in second.calls
+
+
+def test_a_redo_interrupted_after_building_a_state_still_seeks_and_resumes(desk: Any) -> None:
+    """Found under a broker restart: a redo whose assigned() failed half way left a state
+    behind; the retry skipped that partition as already rebuilt, so it stayed paused at a
+    position nobody had set (the log said "redo: 0 partition(s) resume")."""
+    committer, state, events, consumer = desk
+    producer = FakeProducer.instances[-1]
+    producer.fail_commit = KafkaError(KafkaError.ILLEGAL_GENERATION, txn_requires_abort=True)
+    events.fail_after_state = 1
+    _finish(state, 0, 1)
+    assert not committer.commit_sync([state])
+    assert consumer.paused == {0} and consumer.seeks == []  # retried before the next commit
+    producer.fail_commit = None
+    committer.commit_async([])
+    assert consumer.seeks == [(0, 2)] and consumer.paused == set()
+    assert events.states[state.tp].committed == 2
