@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from keyshared.kafka.outputs import Output
 
 __all__ = ["Header", "Record"]
 
@@ -20,6 +23,10 @@ class Record:
     ``fencing_token`` is set when a coordinator grants this member the record's partition or
     slot range: it is larger for every later holder, so a handler that passes it to its own
     store (a conditional write) can refuse a late write from a member that lost the range.
+    ``output`` is set by an exactly-once consumer (``exactly_once=True``): messages given to
+    ``record.output.produce(...)`` are staged with this record and committed in one Kafka
+    transaction with the offsets that mark it finished; a failed attempt's messages are
+    discarded. None otherwise.
     Not frozen: a frozen dataclass costs several microseconds per record to build, and a
     handler that edits its copy changes nothing in keyshared.
     """
@@ -34,6 +41,7 @@ class Record:
     attempt: int
     raw_key: bytes | None = None
     fencing_token: int | None = None
+    output: Output | None = None
 
     def header(self, name: str) -> bytes | None:
         """The last value of header ``name``, or None."""

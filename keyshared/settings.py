@@ -79,6 +79,13 @@ class ConsumerOptions:
     :param batch_linger: seconds a worker with fewer than ``batch_size`` records waits for
         more before calling the handler. 0 (the default) adds no latency: under load records
         queue while the previous batch runs, so batches fill by themselves.
+    :param exactly_once: commit what handlers write through ``record.output`` (and dead
+        letters) in one Kafka transaction per commit interval with the offsets that mark their
+        records finished (read_committed readers see each once). Not in ``key_shared`` mode:
+        its cursors live in ZooKeeper, which cannot join a Kafka transaction.
+    :param transactional_id: the member's ``transactional.id`` (implies ``exactly_once``);
+        default ``keyshared-{group}-{client.id}``. Stable per member: a restart then aborts its
+        predecessor's open transaction at once.
     """
 
     workers: int = 16
@@ -105,6 +112,8 @@ class ConsumerOptions:
     tracing: Any = False  # bool or an opentelemetry TracerProvider (an optional dependency)
     batch_size: int | None = None
     batch_linger: float = 0.0
+    exactly_once: bool = False
+    transactional_id: str | None = None
 
     def __post_init__(self) -> None:
         positive_ints = ("workers", "max_window", "per_worker_capacity")
@@ -147,6 +156,17 @@ class ConsumerOptions:
         if self.mode not in MODES:
             raise ConfigurationError(
                 "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}"
+            )
+        if self.transactional_id is not None:
+            if not isinstance(self.transactional_id, str) or not self.transactional_id:
+                raise ConfigurationError("transactional_id", "must be a non-empty string")
+            object.__setattr__(self, "exactly_once", True)
+        if self.exactly_once and self.mode == "key_shared":
+            raise ConfigurationError(
+                "exactly_once",
+                "is not available in key_shared mode: its cursors live in ZooKeeper, which "
+                "cannot take part in a Kafka transaction (outputs and cursor could not be "
+                "committed atomically); use partition or exclusive mode",
             )
         default = (
             PoisonPolicy.BLOCK_AND_DEAD_LETTER

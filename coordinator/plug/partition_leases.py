@@ -107,7 +107,8 @@ class PartitionLeaseMember:
     def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
         self._consumer, self._events = consumer, events
         self.commits.bind(
-            Committer(
+            self._ctx.kafka_committer
+            or Committer(
                 consumer, self._ctx.metrics, self._dispatcher.lock, lambda tp: events.states.get(tp)
             )
         )

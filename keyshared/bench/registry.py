@@ -48,6 +48,7 @@ _BUILTIN = (
     "rebalance",
     "scaleout",
     "replay",
+    "eos",
 )
 
 

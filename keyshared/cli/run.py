@@ -207,6 +207,19 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     "under load batches fill while the previous one runs).",
 )
 @click.option(
+    "--exactly-once/--at-least-once",
+    default=False,
+    help="Commit each record's outputs (record.output.produce) and dead letters in one Kafka "
+    "transaction with its offset: read_committed readers see them exactly once.",
+)
+@click.option(
+    "--transactional-id",
+    default=None,
+    help="With --exactly-once: this member's transactional.id (stable per member, e.g. the pod "
+    "name, so a restart aborts its predecessor's open transaction at once) [default: derived "
+    "from the group and client id].",
+)
+@click.option(
     "-X",
     "properties",
     multiple=True,
@@ -243,6 +256,8 @@ def run(
     tracing: bool,
     batch_size: int | None,
     batch_linger: float,
+    exactly_once: bool,
+    transactional_id: str | None,
     properties: tuple[str, ...],
     log_level: str,
 ) -> None:
@@ -331,6 +346,8 @@ def run(
             tracing=tracing,
             batch_size=batch_size,
             batch_linger=batch_linger,
+            exactly_once=exactly_once or transactional_id is not None,
+            transactional_id=transactional_id,
         )
     except KeySharedError as exc:
         raise click.UsageError(str(exc)) from None

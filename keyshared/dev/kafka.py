@@ -87,6 +87,9 @@ def broker_settings(files: KafkaFiles, broker_port: int, controller_port: int) -
         # broker creates them, and 50 of them cost seconds on a two-core laptop or CI runner.
         "offsets.topic.num.partitions": "10",
         "transaction.state.log.num.partitions": "10",
+        # A killed transactional member's open transaction holds every read_committed reader
+        # until it is aborted: check for timed-out transactions every second (default 10 s).
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         "num.partitions": "1",
         # No 3 s wait for more members before the first classic-protocol rebalance.
         "group.initial.rebalance.delay.ms": "0",

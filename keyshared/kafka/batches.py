@@ -59,9 +59,9 @@ class BatchExecutor:
         try:
             self._handler(records)
         except BaseException as exc:
-            self._settle(ready, exc, time.perf_counter() - started, self._settle_now)
+            self._settle(ready, records, exc, time.perf_counter() - started, self._settle_now)
             return
-        self._settle(ready, None, time.perf_counter() - started, self._settle_now)
+        self._settle(ready, records, None, time.perf_counter() - started, self._settle_now)
 
     async def run_async(self, works: list[Work]) -> None:
         """Run one batch on the event loop; its successes join the loop's settlement burst."""
@@ -72,9 +72,9 @@ class BatchExecutor:
         try:
             await self._handler(records)
         except BaseException as exc:
-            self._settle(ready, exc, time.perf_counter() - started, self._settle_on_loop)
+            self._settle(ready, records, exc, time.perf_counter() - started, self._settle_on_loop)
             return
-        self._settle(ready, None, time.perf_counter() - started, self._settle_on_loop)
+        self._settle(ready, records, None, time.perf_counter() - started, self._settle_on_loop)
 
     def _prepare(self, works: list[Work]) -> tuple[list[Work], list[Record]]:
         ready: list[Work] = []
@@ -90,6 +90,7 @@ class BatchExecutor:
     def _settle(
         self,
         ready: list[Work],
+        records: list[Record],
         error: BaseException | None,
         elapsed: float,
         succeed: Callable[[list[Success]], None],
@@ -107,6 +108,10 @@ class BatchExecutor:
             for index, (state, entry) in enumerate(ready)
             if index not in failures
         ]
+        for index, (state, entry) in enumerate(ready):  # exactly-once: outputs of successes
+            output = records[index].output
+            if output is not None and output.messages and index not in failures:
+                state.outputs.stage(entry.offset, output.messages)
         if successes:
             succeed(successes)
         failed = self._executor.failed

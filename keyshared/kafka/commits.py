@@ -53,8 +53,13 @@ class Committer:
         self._max_metadata_bytes = max_metadata_bytes
 
     def _offsets(
-        self, states: Iterable[PartitionState], skip_unchanged: bool
+        self,
+        states: Iterable[PartitionState],
+        skip_unchanged: bool,
+        under_lock: Callable[[], None] | None = None,
     ) -> list[TopicPartition]:
+        """The commits to send; ``under_lock`` runs in the snapshot's critical section (the
+        exactly-once committer takes the outputs of exactly the records it sees finished)."""
         offsets = []
         with self._lock:
             snapshot = [
@@ -62,6 +67,8 @@ class Committer:
                 for s in states
                 if s.window is not None
             ]
+            if under_lock is not None:
+                under_lock()
         for state, cursor, finished in snapshot:
             metadata = ""
             if finished:

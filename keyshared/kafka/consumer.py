@@ -23,6 +23,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from keyshared.core.poison import PoisonPolicy
 from keyshared.core.redaction import shown_key
 from keyshared.errors import ConfigurationError, KeySharedError
+from keyshared.kafka.arguments import check_arguments, topic_list
 from keyshared.kafka.batch_workers import BatchAsyncRunner, BatchThreadWorkers
 from keyshared.kafka.batches import BatchHandler
 from keyshared.kafka.dispatcher import Dispatcher
@@ -37,6 +38,7 @@ from keyshared.kafka.scheduler import Scheduler
 from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox, Runner
 from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
 from keyshared.kafka.tracing import handler_tracer
+from keyshared.kafka.transactions import transactional_store
 from keyshared.kafka.workers import AsyncRunner, ThreadWorkers
 from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
 from keyshared.record import Record
@@ -101,16 +103,7 @@ class KeySharedConsumer:
                     f"unknown option ({exc})",
                 ) from None
         self.options = options
-        if options.mode == "key_shared" and coordinator is None:
-            raise ConfigurationError(
-                "coordinator",
-                "key_shared mode needs a coordinator: pass "
-                "coordinator=coordinator.ZooKeeperCoordinator('host:port')",
-            )
-        if coordinator is not None and not callable(getattr(coordinator, "plug", None)):
-            raise ConfigurationError(
-                "coordinator", f"expected a coordinator.ZooKeeperCoordinator, got {coordinator!r}"
-            )
+        check_arguments(options, coordinator, handler)
         self._coordinator = coordinator
         self._config = build_kafka_config(config)
         poll_interval_ms = int(self._config.get("max.poll.interval.ms", 300_000))
@@ -120,17 +113,7 @@ class KeySharedConsumer:
                 f"{options.drain_timeout:g}s must be shorter than max.poll.interval.ms "
                 f"({poll_interval_ms} ms): a revoke drains before the consumer polls again",
             )
-        if isinstance(topics, str):
-            topics = [topics]
-        self.topics = list(topics)
-        if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
-            raise ConfigurationError("topics", "must be a non-empty list of topic names")
-        if handler is not None and not callable(handler):
-            raise ConfigurationError("handler", f"must be callable, got {handler!r}")
-        if handler is None and options.batch_size is not None:
-            raise ConfigurationError(
-                "batch_size", "is for batch handlers; pull style (handler=None) takes one by one"
-            )
+        self.topics = topic_list(topics)
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)  # noqa: B004
         )
@@ -244,19 +227,25 @@ class KeySharedConsumer:
             dlq,
             self._keystate,
             self._tracer,
+            self.group,
         )
         runner.bind(executor)
         consumer = self._consumer
         inbox = PollInbox()
         plug = Plug()
+        txn = transactional_store(consumer, self._config, options, metrics, self._dispatcher)
+        if txn is not None:
+            stack.callback(txn.close)
         if self._coordinator is not None:
             context = PlugContext(
                 self.group, self.member, self.topics, options, self._dispatcher, inbox, metrics,
-                self.stop, dict(self._config),
+                self.stop, dict(self._config), txn,
             )  # fmt: skip
             plug = self._coordinator.plug(context)
         if plug.ownership is not None:
             self._dispatcher.use_ownership(plug.ownership)
+        if txn is not None and plug.cursor_store is None:
+            plug.cursor_store = txn  # with a coordinator, its fenced store commits through txn
         self._loop = PollLoop(
             consumer,
             self.topics,
@@ -271,6 +260,8 @@ class KeySharedConsumer:
             cursor_store=plug.cursor_store,
             inbox=inbox,
         )
+        if txn is not None:
+            txn.bind(self._loop)
         if options.metrics_port is not None:
             self._metrics_server = start_metrics_server(
                 options.metrics_port,

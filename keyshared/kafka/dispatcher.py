@@ -211,11 +211,15 @@ class Dispatcher:
         if state.phase is not Phase.ACTIVE or window is None:
             if state.phase is Phase.DRAINING and window is not None:
                 window.complete(entry)  # counts for the final commit
+                if state.outputs.staged:
+                    state.outputs.release(entry.offset)
             state.running -= 1
             entry.payload = None
             self._idle.notify_all()
             return
         released = window.complete(entry)
+        if state.outputs.staged:  # exactly-once: its outputs go with the next commit
+            state.outputs.release(entry.offset)
         state.running += len(released) - 1  # this one finished; the released ones run
         entry.payload = None  # finished: drop the message now, whoever still holds the entry
         for nxt in released:

@@ -19,6 +19,8 @@ from keyshared.core.poison import DeserializationError, PoisonPolicy, Retry, dec
 from keyshared.core.redaction import REDACTION_INPUT_LIMIT, Redactor, shown_error, shown_key
 from keyshared.core.window import Entry
 from keyshared.kafka.deserializers import decoder
+from keyshared.kafka.dlq import provenance_headers
+from keyshared.kafka.outputs import Output, stage_dead_letter
 from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.kafka.settlement import LoopSettlement, SettlementBuffer, account
 from keyshared.record import Record
@@ -54,6 +56,7 @@ class RecordExecutor:
         dlq: DeadLetterWriter,
         keystate: KeyStateStore | None,
         tracer: HandlerTracer | None = None,
+        group: str = "",
     ) -> None:
         self._options = options
         self._tracer = tracer  # told each failed attempt's fate; the handler is wrapped already
@@ -65,6 +68,8 @@ class RecordExecutor:
         self._dlq = dlq
         self._keystate = keystate
         self._rng = random.Random()
+        self._exactly_once = options.exactly_once
+        self._group = group
         self.settlements = SettlementBuffer(dispatcher.finish_many)
         self.loop_settlements = LoopSettlement(dispatcher.finish_many)
 
@@ -84,6 +89,8 @@ class RecordExecutor:
         except BaseException as exc:
             self.failed(state, entry, exc)
             return
+        if record.output is not None and record.output.messages:
+            state.outputs.stage(entry.offset, record.output.messages)
         self.settlements.add(state, entry, time.perf_counter() - started)
 
     async def run_async(self, work: Work) -> None:
@@ -99,6 +106,8 @@ class RecordExecutor:
         except BaseException as exc:
             self.failed(state, entry, exc)
             return
+        if record.output is not None and record.output.messages:
+            state.outputs.stage(entry.offset, record.output.messages)
         self.loop_settlements.add(state, entry, time.perf_counter() - started)
 
     # -- steps ---------------------------------------------------------------------------------
@@ -144,6 +153,7 @@ class RecordExecutor:
             entry.attempt,
             raw_key,
             None if state.fencing is None else state.fencing(raw_key, entry.offset),
+            Output() if self._exactly_once else None,
         )
 
     def succeeded(self, state: PartitionState, entry: Entry[Any], elapsed: float) -> None:
@@ -215,6 +225,15 @@ class RecordExecutor:
         reason: str,
         then: Callable[[PartitionState, Entry[Any]], None],
     ) -> None:
+        if self._exactly_once:
+            msg = entry.payload
+            headers = provenance_headers(
+                msg, self._group, entry.attempt, exc, reason, _bounded_traceback(exc),
+                entry.first_failure or time.time(), self._options.redact,
+            )  # fmt: skip
+            topic = self._options.dlq_topic_for(state.topic)
+            stage_dead_letter(state, entry, topic, headers, then)
+            return
         self._dlq.send(
             entry.payload,
             attempts=entry.attempt,

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from keyshared.core.hotkeys import SpaceSaving
 from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 from keyshared.core.window import Entry, InFlightWindow
+from keyshared.kafka.outputs import PartitionOutputs
 
 if TYPE_CHECKING:
     from keyshared.metrics import PartitionMetrics
@@ -121,6 +122,8 @@ class PartitionState:
     blocked: dict[bytes | None, Blocked] = field(default_factory=dict)  # ordered keys
     blocked_unordered: dict[int, Blocked] = field(default_factory=dict)  # null keys, by offset
     parked: set[bytes | None] = field(default_factory=set)
+    # Exactly-once outputs: staged by workers, made ready under the dispatcher lock at finish.
+    outputs: PartitionOutputs = field(default_factory=PartitionOutputs)
 
     @property
     def tp(self) -> tuple[str, int]:

@@ -8,6 +8,7 @@ handler can never cost the group membership; the one place it waits is a revoke,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -319,9 +320,12 @@ class PollLoop:
         """
         self._metrics.rebalance("revoked")
         revoked = [s for tp in partitions if (s := self.states.pop(tp, None))]
-        if not revoked:
-            return True
-        return self._drain_and_commit(revoked, reason="revoke")
+        try:
+            if not revoked:
+                return True
+            return self._drain_and_commit(revoked, reason="revoke")
+        finally:
+            self._clear_pauses(partitions)
 
     def lost(self, partitions: list[TP]) -> None:
         """Partitions taken away without a revoke (session lost): commit nothing."""
@@ -333,6 +337,15 @@ class PollLoop:
         )
         self._dispatcher.remove(lost)
         self._forget(lost)
+        self._clear_pauses(partitions)
+
+    def _clear_pauses(self, partitions: list[TP]) -> None:
+        """Resume partitions that leave: librdkafka keeps a pause on the partition, not the
+        assignment, so one paused now (window full, an exactly-once redo) would come back
+        paused with nobody left to resume it (tests/kafka/test_paused_handover.py)."""
+        if partitions:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self._consumer.resume([TopicPartition(*tp) for tp in partitions])
 
     def _drain_and_commit(self, states: list[PartitionState], reason: str) -> bool:
         """Wait for what runs (bounded), commit synchronously, then let the partitions go."""

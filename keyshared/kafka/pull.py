@@ -101,6 +101,8 @@ class PullQueue:
             return False
         (state, entry), started = taken
         assert self.executor is not None
+        if record.output is not None and record.output.messages:
+            state.outputs.stage(entry.offset, record.output.messages)  # exactly-once
         self.executor.succeeded(state, entry, time.perf_counter() - started)
         return True
 

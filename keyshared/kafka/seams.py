@@ -31,6 +31,7 @@ from keyshared.core.filters import KeyFilter
 from keyshared.core.health import Role
 
 if TYPE_CHECKING:
+    from keyshared.kafka.commits import Committer
     from keyshared.kafka.dispatcher import Dispatcher
     from keyshared.kafka.execution import RecordExecutor
     from keyshared.kafka.partition import PartitionState
@@ -212,6 +213,9 @@ class PlugContext:
     metrics: ConsumerMetrics
     request_stop: Callable[[], None]  # ends the run (e.g. after a fatal coordinator error)
     kafka_config: dict[str, Any]  # the consumer's librdkafka config (reset policy, security)
+    # Exactly-once: the transactional committer that must do the Kafka commits behind the
+    # coordinator's fence (None: build a plain Committer).
+    kafka_committer: Committer | None = None
 
 
 @dataclass

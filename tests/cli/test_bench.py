@@ -33,6 +33,7 @@ EXPECTED_RATIOS = {
     "rebalance": {"keyshared_vs_plain_join_to_steady", "keyshared_vs_plain_leave_to_takeover"},
     "scaleout": {"4_members_vs_1", "2_members_vs_1"},
     "replay": {"spark_vs_python_loop"},
+    "eos": {"eos_vs_at_least_once", "eos_short_interval_vs_at_least_once"},
     "stuck": set(),  # figures with goals, not ratios: see EXPECTED_GOALS
 }
 # Shaped scenarios: every shape (4, 8, 32 per key, Zipf) reports these ratios; the headline

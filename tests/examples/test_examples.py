@@ -52,6 +52,24 @@ def test_order_service_keeps_each_orders_events_in_order_and_dead_letters_bad_pa
     assert "out-of-order transitions 0" in line
 
 
+def test_enrich_service_outputs_and_dead_letters_exactly_once(kafka_bootstrap: str) -> None:
+    done = _run(
+        "enrich_service.py",
+        kafka_bootstrap,
+        "--payments",
+        "1000",
+        "--bad-every",
+        "250",
+        "--topic",
+        unique_name("ex-payments"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = done.stdout.strip().splitlines()[-1]
+    assert "enriched 996/996 payments" in line, line
+    assert "dead-lettered 4/4" in line, line
+    assert "duplicates 0, per-customer order breaks 0" in line, line
+
+
 def test_batch_sqlite_writes_each_batch_in_one_transaction_in_per_account_order(
     kafka_bootstrap: str,
 ) -> None:

@@ -7,11 +7,17 @@
  * first use (keyshared/bench/peers/parallel_consumer.py), so the repository holds no binaries.
  *
  *   java -cp CLASSES:JARS/* KeysharedPcHarness BOOTSTRAP TOPIC GROUP RECORDS HANDLER_NANOS
- *        CONCURRENCY TIMEOUT_SECONDS [BATCH_SIZE]
+ *        CONCURRENCY TIMEOUT_SECONDS [BATCH_SIZE [OUTPUT_TOPIC [TRANSACTIONAL]]]
  *
  * BATCH_SIZE > 1 turns on PC's batch mode (ParallelConsumerOptions.batchSize): the handler then
  * receives up to that many records per call (PollContext), touches each value, sleeps
  * HANDLER_NANOS once per call and counts the call's records.
+ *
+ * OUTPUT_TOPIC makes it consume -> produce (pollAndProduce, one record per input: same key and
+ * value, a header "t" with the wall time the handler wrote it, a big-endian double of seconds,
+ * as keyshared's eos bench writes it); TRANSACTIONAL=true uses PC's transactional mode
+ * (PERIODIC_TRANSACTIONAL_PRODUCER: outputs and offsets in Kafka transactions). Output runs
+ * close draining, so every output is produced (and committed) before the process exits.
  *
  * Prints one JSON line, {"records": N, "seconds": S}, and exits 0; exits 1 (message on stderr)
  * when the records did not all finish within the timeout, 2 on bad arguments.
@@ -22,6 +28,7 @@ import io.confluent.parallelconsumer.ParallelConsumerOptions.CommitMode;
 import io.confluent.parallelconsumer.ParallelConsumerOptions.ProcessingOrder;
 import io.confluent.parallelconsumer.ParallelStreamProcessor;
 import io.confluent.parallelconsumer.internal.AbstractParallelEoSStreamProcessor;
+import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.List;
 import java.util.Properties;
@@ -30,7 +37,12 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 public final class KeysharedPcHarness {
 
@@ -45,10 +57,21 @@ public final class KeysharedPcHarness {
         return "unknown";
     }
 
+    private static void pause(long handlerNanos, long millis, int nanos) {
+        if (handlerNanos > 0) {
+            try {
+                Thread.sleep(millis, nanos);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
     public static void main(String[] args) throws Exception {
-        if (args.length != 7 && args.length != 8) {
+        if (args.length < 7 || args.length > 10) {
             System.err.println("usage: KeysharedPcHarness BOOTSTRAP TOPIC GROUP RECORDS "
-                    + "HANDLER_NANOS CONCURRENCY TIMEOUT_SECONDS [BATCH_SIZE]");
+                    + "HANDLER_NANOS CONCURRENCY TIMEOUT_SECONDS "
+                    + "[BATCH_SIZE [OUTPUT_TOPIC [TRANSACTIONAL]]]");
             System.exit(2);
         }
         String bootstrap = args[0];
@@ -58,7 +81,9 @@ public final class KeysharedPcHarness {
         long handlerNanos = Long.parseLong(args[4]);
         int concurrency = Integer.parseInt(args[5]);
         long timeoutSeconds = Long.parseLong(args[6]);
-        int batchSize = args.length == 8 ? Integer.parseInt(args[7]) : 1;
+        int batchSize = args.length >= 8 ? Integer.parseInt(args[7]) : 1;
+        String output = args.length >= 9 ? args[8] : null;
+        boolean transactional = args.length >= 10 && Boolean.parseBoolean(args[9]);
 
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -70,13 +95,31 @@ public final class KeysharedPcHarness {
         props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props);
 
-        ParallelConsumerOptions<byte[], byte[]> options = ParallelConsumerOptions.<byte[], byte[]>builder()
+        KafkaProducer<byte[], byte[]> producer = null;
+        if (output != null) {
+            Properties p = new Properties();
+            p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+            p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+            p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+            p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+            if (transactional) {
+                p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "keyshared-bench-pc-" + group);
+            }
+            producer = new KafkaProducer<>(p);
+        }
+        ParallelConsumerOptions.ParallelConsumerOptionsBuilder<byte[], byte[]> builder =
+                ParallelConsumerOptions.<byte[], byte[]>builder()
                 .consumer(consumer)
                 .ordering(ProcessingOrder.KEY)
                 .maxConcurrency(concurrency)
-                .commitMode(CommitMode.PERIODIC_CONSUMER_ASYNCHRONOUS)
-                .batchSize(batchSize)
-                .build();
+                .commitMode(transactional ? CommitMode.PERIODIC_TRANSACTIONAL_PRODUCER
+                        : CommitMode.PERIODIC_CONSUMER_ASYNCHRONOUS)
+                .batchSize(batchSize);
+        if (producer != null) {
+            builder = builder.producer(producer);
+        }
+        ParallelConsumerOptions<byte[], byte[]> options = builder.build();
         ParallelStreamProcessor<byte[], byte[]> processor =
                 ParallelStreamProcessor.createEosStreamProcessor(options);
 
@@ -88,29 +131,38 @@ public final class KeysharedPcHarness {
         int sleepNanos = (int) (handlerNanos % 1_000_000L);
 
         processor.subscribe(List.of(topic));
-        processor.poll(context -> {
-            first.compareAndSet(0, System.nanoTime());
-            long calls = 1;
-            if (batchSize > 1) {
-                calls = context.size();
-                context.streamConsumerRecords().forEach(record -> record.value());
-            } else {
-                context.value();
-            }
-            if (handlerNanos > 0) {
-                try {
-                    Thread.sleep(sleepMillis, sleepNanos);
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                    return;
+        if (output != null) {
+            processor.pollAndProduce(context -> {
+                first.compareAndSet(0, System.nanoTime());
+                ByteBuffer stamp = ByteBuffer.allocate(8).putDouble(System.currentTimeMillis() / 1000.0);
+                ProducerRecord<byte[], byte[]> out = new ProducerRecord<>(output, null,
+                        context.key(), context.value(), List.of(new RecordHeader("t", stamp.array())));
+                pause(handlerNanos, sleepMillis, sleepNanos);
+                long after = count.incrementAndGet();
+                if (after == records) {
+                    last.set(System.nanoTime());
+                    done.countDown();
                 }
-            }
-            long after = count.addAndGet(calls);
-            if (after >= records && after - calls < records) {
-                last.set(System.nanoTime());
-                done.countDown();
-            }
-        });
+                return out;
+            });
+        } else {
+            processor.poll(context -> {
+                first.compareAndSet(0, System.nanoTime());
+                long calls = 1;
+                if (batchSize > 1) {
+                    calls = context.size();
+                    context.streamConsumerRecords().forEach(record -> record.value());
+                } else {
+                    context.value();
+                }
+                pause(handlerNanos, sleepMillis, sleepNanos);
+                long after = count.addAndGet(calls);
+                if (after >= records && after - calls < records) {
+                    last.set(System.nanoTime());
+                    done.countDown();
+                }
+            });
+        }
 
         // Wait in one-second steps so a PC that crashed (broker gone, bad config) fails the run
         // now, with its cause, instead of after the whole timeout.
@@ -124,7 +176,11 @@ public final class KeysharedPcHarness {
                 System.exit(1);
             }
         }
-        processor.closeDontDrainFirst(Duration.ofSeconds(10));
+        if (output != null) {
+            processor.closeDrainFirst(Duration.ofSeconds(60));  // every output produced, committed
+        } else {
+            processor.closeDontDrainFirst(Duration.ofSeconds(10));
+        }
         if (!finished) {
             System.err.println("parallel-consumer: only " + count.get() + " of " + records
                     + " records within " + timeoutSeconds + " s");

@@ -164,16 +164,22 @@ def harness_command(
     concurrency: int,
     timeout: float,
     batch_size: int = 1,
+    output: str | None = None,
+    transactional: bool = False,
 ) -> list[str]:
     """The ``java`` command line of one timed PC run (see the harness for its arguments);
-    ``batch_size`` > 1 runs PC's batch mode (``ParallelConsumerOptions.batchSize``)."""
+    ``batch_size`` > 1 runs PC's batch mode (``ParallelConsumerOptions.batchSize``);
+    ``output`` makes it consume -> produce to that topic, in transactions with
+    ``transactional`` (PC's ``PERIODIC_TRANSACTIONAL_PRODUCER``)."""
     if records < 1 or concurrency < 1 or handler_s < 0 or batch_size < 1:
         raise ValueError(
             f"parallel-consumer run needs records >= 1, concurrency >= 1, handler_s >= 0 and "
             f"batch_size >= 1, got records={records}, concurrency={concurrency}, "
             f"handler_s={handler_s}, batch_size={batch_size}"
         )
-    batch = [str(batch_size)] if batch_size > 1 else []
+    batch = [str(batch_size)] if batch_size > 1 or output is not None else []
+    if output is not None:
+        batch += [output, "true" if transactional else "false"]
     return [
         java,
         "-Xss512k",  # up to a few hundred pool threads; the default 1 MB stacks add up
@@ -203,6 +209,8 @@ def run_parallel_consumer(
     concurrency: int,
     timeout: float = 600.0,
     batch_size: int = 1,
+    output: str | None = None,
+    transactional: bool = False,
 ) -> PeerTiming:
     """Time PC over ``records`` records of ``topic`` from the beginning, with a fresh group
     (in batch mode when ``batch_size`` > 1)."""
@@ -217,6 +225,8 @@ def run_parallel_consumer(
         concurrency,
         timeout,
         batch_size,
+        output,
+        transactional,
     )
     return run_timed(f"parallel-consumer {install.version}", command, timeout + 60)
 

@@ -29,6 +29,9 @@ Environment:
 - ``KS_FAIL_ALWAYS_RATE``: that share of records fails every attempt (poison: it ends in the
   DLQ, or blocks, by the ``--poison`` policy). Which records fail is decided by
   ``faults.fault_fraction`` of ``(key, seq)``, the same in every process, so a test knows them.
+- ``KS_OUT_TOPIC``: with ``--exactly-once``, each finished record also writes its value (the
+  sequence number) under its key to this topic through ``record.output``, with a ``src``
+  header ``partition:offset``.
 - ``KS_TRACE``: any value sets the library's ``keyshared.trace`` logger (cursor writes and
   reads of ``key_shared`` members) to DEBUG, for chaos investigations.
 """
@@ -61,6 +64,7 @@ _SLOW_KEYS_RATE, _SLOW_KEYS_SECONDS = (
 _FAIL_ONCE_RATE = float(os.environ.get("KS_FAIL_ONCE_RATE", "0"))
 _FAIL_ALWAYS_RATE = float(os.environ.get("KS_FAIL_ALWAYS_RATE", "0"))
 _NEVER = threading.Event()
+_OUT_TOPIC = os.environ.get("KS_OUT_TOPIC") or None
 
 
 class InjectedFailure(Exception):
@@ -91,6 +95,13 @@ def _fail(record: Any, seq: int, why: str) -> None:
     raise InjectedFailure(f"injected {why} failure: seq {seq} attempt {record.attempt}")
 
 
+def _output(record: Any) -> None:
+    if _OUT_TOPIC is not None and record.output is not None:
+        src = f"{record.partition}:{record.offset}".encode()
+        record.output.produce(_OUT_TOPIC, key=record.raw_key, value=record.value,
+                              headers=[("src", src)])  # fmt: skip
+
+
 def _line(kind: str, record: Any, seq: int) -> None:
     key = record.raw_key.hex() if record.raw_key is not None else "-"
     os.write(
@@ -113,6 +124,7 @@ def handle(record: Any) -> None:
         time.sleep(extra)
     if why := _injected_failure(record, seq):
         _fail(record, seq, why)
+    _output(record)
     _line("E", record, seq)
 
 
@@ -129,6 +141,7 @@ async def handle_async(record: Any) -> None:
         await asyncio.sleep(extra)
     if why := _injected_failure(record, seq):
         _fail(record, seq, why)
+    _output(record)
     _line("E", record, seq)
 
 

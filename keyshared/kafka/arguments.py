@@ -1,0 +1,40 @@
+"""Checks of ``KeySharedConsumer``'s arguments that need no broker: each fails at construction
+with a :class:`ConfigurationError` naming the argument, never later inside ``run``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from keyshared.errors import ConfigurationError
+from keyshared.settings import ConsumerOptions
+
+__all__ = ["check_arguments", "topic_list"]
+
+
+def check_arguments(options: ConsumerOptions, coordinator: Any, handler: Any) -> None:
+    """The combinations of mode, coordinator and handler style that cannot work."""
+    if options.mode == "key_shared" and coordinator is None:
+        raise ConfigurationError(
+            "coordinator",
+            "key_shared mode needs a coordinator: pass "
+            "coordinator=coordinator.ZooKeeperCoordinator('host:port')",
+        )
+    if coordinator is not None and not callable(getattr(coordinator, "plug", None)):
+        raise ConfigurationError(
+            "coordinator", f"expected a coordinator.ZooKeeperCoordinator, got {coordinator!r}"
+        )
+    if handler is not None and not callable(handler):
+        raise ConfigurationError("handler", f"must be callable, got {handler!r}")
+    if handler is None and options.batch_size is not None:
+        raise ConfigurationError(
+            "batch_size", "is for batch handlers; pull style (handler=None) takes one by one"
+        )
+
+
+def topic_list(topics: Iterable[str] | str) -> list[str]:
+    """The topics as a list; one name is accepted as a string."""
+    listed = [topics] if isinstance(topics, str) else list(topics)
+    if not listed or not all(isinstance(t, str) and t for t in listed):
+        raise ConfigurationError("topics", "must be a non-empty list of topic names")
+    return listed

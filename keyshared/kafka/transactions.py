@@ -1,0 +1,392 @@
+"""Exactly-once commits: one Kafka transaction carries the outputs and the safe cursors.
+
+Every commit interval the poll thread takes, in one critical section of the dispatcher lock,
+each partition's safe cursor with its finished-offsets metadata *and* the outputs of exactly
+the records that snapshot shows finished (see :mod:`keyshared.kafka.outputs`). It then runs one
+transaction: produce those outputs, ``send_offsets_to_transaction`` with the consumer's group
+metadata (so a member that lost its partitions is refused by the group generation, KIP-447),
+``commit_transaction``. A record's outputs are therefore committed exactly when its offset is:
+read with ``isolation.level=read_committed``, every input has its outputs exactly once.
+
+Outputs are produced only inside :meth:`TransactionalCommitter._transact`, never between
+commits, so an open transaction only ever holds what the offsets in it cover. Outputs of a
+record whose offset does not fit the commit metadata (the metadata overflowed) stay for a
+later transaction, whose cursor or metadata covers it.
+
+A transaction that fails is aborted (or, when the producer is unusable or the outcome is
+unknown, a new producer with the same ``transactional.id`` settles it: ``init_transactions``
+aborts an open transaction of its id). The windows then claim records finished whose outputs
+were discarded, so every partition of that transaction still owned here is redone as if it
+had been lost and assigned again (the others kept their outputs for their next commit):
+the windows are dropped, their states are rebuilt from the committed offsets and metadata,
+and the consumer seeks there. That is exactly what a new owner would do, reuses the
+assignment path, and needs no memory of which outputs belonged to the aborted transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+
+from keyshared.core.offsets import decode_finished
+from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
+from keyshared.kafka.commits import Committer
+from keyshared.kafka.outputs import OutputMessage
+from keyshared.kafka.partition import PartitionState
+from keyshared.kafka.seams import MembershipEvents
+from keyshared.settings import ConsumerOptions
+
+__all__ = ["TransactionalCommitter", "producer_config", "transactional_store"]
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+Taken = list[tuple[PartitionState, list[tuple[int, list[OutputMessage]]]]]
+_TXN_TIMEOUT = 30.0  # seconds for a transactional call before the outcome counts as unknown
+_METADATA_TIMEOUT = 5.0
+
+
+def producer_config(kafka_config: dict[str, Any], transactional_id: str) -> dict[str, Any]:
+    """The transactional producer beside a consumer: the consumer's connection and identity."""
+    return {
+        **client_properties(kafka_config),
+        "transactional.id": transactional_id,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        # An open transaction of a killed member blocks read_committed readers (and the next
+        # owner's committed-offset read) until it times out; keep that short.
+        "transaction.timeout.ms": 10_000,
+        **KEYED_PRODUCER,
+    }
+
+
+class TransactionalCommitter(Committer):
+    """The :class:`~keyshared.kafka.seams.CursorStore` of an exactly-once consumer.
+
+    Built before the poll loop; :meth:`bind` gives it the loop (its live partition states, and
+    the assignment path a redo goes through). Poll thread only, like every cursor store.
+    """
+
+    def __init__(
+        self,
+        consumer: Any,
+        metrics: Any,
+        lock: Any,
+        producer_config: dict[str, Any],
+        reset_to_end: bool = False,
+    ) -> None:
+        super().__init__(consumer, metrics, lock, self._lookup_state)
+        self._producer_config = producer_config
+        self._reset_to_end = reset_to_end
+        self._events: MembershipEvents | None = None
+        self._partitions: dict[str, int] = {}  # DLQ topic -> partition count
+        self._producer: Any = self._new_producer()  # None after a failure, until rebuilt
+        # Partitions whose redo could not read their committed offsets yet (broker away):
+        # paused, stateless, retried before every transaction.
+        self._redo_pending: set[TP] = set()
+        self._redo_fencing: dict[TP, Callable[[bytes | None, int], int | None]] = {}
+        self.transactions = 0  # committed transactions (tests and logs)
+
+    def bind(self, events: MembershipEvents) -> None:
+        self._events = events
+
+    def _lookup_state(self, tp: TP) -> PartitionState | None:
+        return self._events.states.get(tp) if self._events is not None else None
+
+    def _new_producer(self) -> Any:
+        producer = Producer(self._producer_config)
+        producer.init_transactions(_TXN_TIMEOUT)
+        return producer
+
+    def close(self) -> None:
+        if self._producer is None:
+            return
+        try:
+            self._producer.flush(1.0)
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("closing the transactional producer: %s", exc)
+
+    # -- CursorStore ---------------------------------------------------------------------------
+
+    def commit_async(self, states: Iterable[PartitionState]) -> None:
+        """The periodic commit: one transaction, synchronous (it is short: the outputs are
+        produced with linger and flushed by the commit)."""
+        self._transact(list(states), skip_unchanged=True)
+
+    def commit_sync(self, states: Iterable[PartitionState]) -> bool:
+        """Revoke or shutdown: one transaction with these partitions' outputs and cursors.
+        Other partitions' outputs stay ready for their own next commit (``take`` is per
+        partition), so a cooperative revoke commits only what it hands over."""
+        return self._transact(list(states), skip_unchanged=False)
+
+    # -- the transaction -----------------------------------------------------------------------
+
+    def _transact(self, states: list[PartitionState], skip_unchanged: bool) -> bool:
+        if not self._ready():
+            return False
+        taken: Taken = []
+
+        def take() -> None:
+            for state in states:
+                if state.outputs.ready:
+                    taken.append((state, state.outputs.take()))
+
+        offsets = self._offsets(states, skip_unchanged, under_lock=take)
+        if not self._dead_letter_topics_ready(states, taken):
+            return False
+        outputs = self._covered(taken)
+        if not offsets and not outputs:
+            return True
+        try:
+            self._producer.begin_transaction()
+            for message in outputs:
+                self._produce(message)
+            if offsets:
+                self._producer.send_offsets_to_transaction(
+                    offsets, self._consumer.consumer_group_metadata(), _TXN_TIMEOUT
+                )
+            self._commit()
+        except (KafkaException, LookupError) as exc:
+            self._metrics.commit(False)
+            self._recover(exc, states)
+            return False
+        self._metrics.commit(True)
+        self.transactions += 1
+        by_tp = {(tp.topic, tp.partition): tp.offset for tp in offsets}
+        for state in states:
+            if state.tp in by_tp:
+                state.committed = by_tp[state.tp]
+        return True
+
+    def _ready(self) -> bool:
+        """A usable producer and no redo half done; False (retried next time) otherwise."""
+        if self._producer is None:
+            try:
+                self._producer = self._new_producer()
+            except KafkaException as exc:
+                log.warning("transactional producer not ready yet: %s", exc)
+                return False
+        return self._finish_redo()
+
+    def _dead_letter_topics_ready(self, states: list[PartitionState], taken: Taken) -> bool:
+        """Hold the commit (cursor and outputs), as the at-least-once DLQ writer holds the
+        cursor, while a DLQ topic cannot be written: a transaction would fail and its redo
+        would only meet the same poison record again."""
+        topics = {
+            m.topic
+            for _, items in taken
+            for _, messages in items
+            for m in messages
+            if m.source_partition is not None
+        }
+        for topic in topics:
+            try:
+                self._partition_count(topic)
+            except (KafkaException, LookupError) as exc:
+                self._metrics.dlq_write_failed(topic)
+                self._metrics.commit(False)
+                log.error("dead letters to %r cannot be written, holding the commit: %s",
+                          topic, exc)  # fmt: skip
+                with self._lock:
+                    for state, items in taken:
+                        state.outputs.give_back(items)
+                for state in states:
+                    state.commit_sent = None  # resend on the next try
+                return False
+        return True
+
+    def _covered(self, taken: Taken) -> list[OutputMessage]:
+        """The outputs whose records the offsets about to be committed mark finished, in
+        finish order; the rest (metadata overflow) go back to wait for a later commit."""
+        outputs: list[OutputMessage] = []
+        for state, items in taken:
+            cursor, metadata = state.commit_sent or (0, "")
+            runs = None
+            kept = []
+            for offset, messages in items:
+                if offset >= cursor:
+                    if runs is None:
+                        runs = decode_finished(cursor, metadata)
+                    if offset not in runs:
+                        kept.append((offset, messages))
+                        continue
+                outputs.extend(messages)
+            if kept:
+                with self._lock:
+                    state.outputs.give_back(kept)
+        return outputs
+
+    def _produce(self, message: OutputMessage) -> None:
+        extra: dict[str, Any] = {}
+        if message.source_partition is not None:
+            extra["partition"] = message.source_partition % self._partition_count(message.topic)
+        if message.headers is not None:
+            extra["headers"] = message.headers
+        while True:
+            try:
+                self._producer.produce(message.topic, message.value, message.key, **extra)
+                return
+            except BufferError:
+                self._producer.poll(0.05)  # local queue full: let it drain into the broker
+
+    def _partition_count(self, topic: str) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            meta = self._producer.list_topics(topic, timeout=_METADATA_TIMEOUT).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise LookupError(f"DLQ topic {topic!r} is unavailable; create it")
+            count = self._partitions[topic] = len(meta.partitions)
+        return count
+
+    def _commit(self) -> None:
+        """commit_transaction, repeated while librdkafka calls the error retriable (the
+        repeat is how it asks to learn the outcome)."""
+        deadline = time.monotonic() + _TXN_TIMEOUT
+        while True:
+            try:
+                self._producer.commit_transaction(_TXN_TIMEOUT)
+                return
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                retriable = isinstance(err, KafkaError) and err.retriable()
+                if not retriable or time.monotonic() >= deadline:
+                    raise
+
+    def _recover(self, exc: BaseException, states: list[PartitionState]) -> None:
+        """Abort (or settle through a new producer), then redo the partitions of the failed
+        transaction that are still here: their windows count records finished whose outputs
+        were just discarded. Partitions outside it kept their outputs."""
+        err = exc.args[0] if exc.args else None
+        fenced = isinstance(err, KafkaError) and err.code() in (
+            KafkaError._FENCED,
+            KafkaError.PRODUCER_FENCED,
+            KafkaError.INVALID_PRODUCER_EPOCH,
+        )
+        log.warning(
+            "transaction failed (%s): aborting it and redoing the records since the last commit%s",
+            exc,
+            "; the producer was fenced" if fenced else "",
+        )
+        aborted = False
+        if isinstance(err, KafkaError) and err.txn_requires_abort() and not err.fatal():
+            try:
+                self._producer.abort_transaction(_TXN_TIMEOUT)
+                aborted = True
+            except KafkaException as abort_exc:
+                log.warning("abort_transaction failed: %s", abort_exc)
+        if not aborted:
+            # Unusable, or the outcome unknown: a new producer of the same transactional.id
+            # settles whatever this one left open (init_transactions aborts it) before the next
+            # transaction; the committed offsets read meanwhile are stable ones (read_committed
+            # consumers wait out pending transactional offsets, KIP-447).
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self._producer.purge()
+            self._producer = None
+        live = self._events.states if self._events is not None else {}
+        self.redo([s.tp for s in states if live.get(s.tp) is s])
+
+    def redo(self, tps: list[TP] | None = None) -> None:
+        """These partitions (default: every live one) as if lost and assigned again: windows
+        dropped, states rebuilt from the committed offsets and metadata, the consumer
+        positioned there."""
+        events = self._events
+        if events is None:
+            return
+        if tps is None:
+            tps = list(events.states)
+        if tps:
+            for tp in tps:  # a coordinator's fencing token stays: the lease did not change
+                state = events.states.get(tp)
+                if state is not None and state.fencing is not None:
+                    self._redo_fencing[tp] = state.fencing
+            events.lost(tps)
+            self._redo_pending.update(tps)
+            with contextlib.suppress(KafkaException):
+                self._consumer.pause([TopicPartition(*tp) for tp in tps])
+        self._finish_redo()
+
+    def _finish_redo(self) -> bool:
+        """Rebuild the pending partitions still assigned here; False if the broker did not
+        answer (they stay paused and pending)."""
+        events = self._events
+        if not self._redo_pending or events is None:
+            return True
+        tps: list[TP] = []
+        try:
+            assignment = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+            tps = [t for t in self._redo_pending if t in assignment and t not in events.states]
+            # A rebalance that assigned a pending partition again has rebuilt and positioned
+            # it already; it only needs resuming.
+            rebuilt = [t for t in self._redo_pending if t in assignment and t in events.states]
+            events.assigned(tps)
+        except Exception as exc:
+            # Roll back states built before the failure: a retry that found them would take
+            # them as rebuilt and leave their partitions paused at a position nobody set.
+            partial = [t for t in tps if t in events.states]
+            if partial:
+                events.lost(partial)
+            log.warning("redo: reading the committed offsets failed, retrying: %s", exc)
+            return False
+        self._redo_pending.clear()
+        partitions = [TopicPartition(*t) for t in rebuilt]
+        for tp in tps:
+            state = events.states.get(tp)
+            fencing = self._redo_fencing.pop(tp, None)
+            if state is not None and state.fencing is None:
+                state.fencing = fencing
+            committed = state.committed if state is not None else None
+            if committed is None:
+                committed = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
+            partitions.append(TopicPartition(tp[0], tp[1]))
+            try:
+                self._consumer.seek(TopicPartition(tp[0], tp[1], committed))
+            except KafkaException as exc:
+                log.error("redo: seeking %s[%d] to %s failed: %s", *tp, committed, exc)
+        self._redo_fencing.clear()  # of partitions no longer assigned here
+        if partitions:
+            with contextlib.suppress(KafkaException):
+                self._consumer.resume(partitions)
+        log.info("redo: %d partition(s) resume from their committed offsets", len(tps))
+        return True
+
+
+def transactional_store(
+    consumer: Any,
+    kafka_config: dict[str, Any],
+    options: ConsumerOptions,
+    metrics: Any,
+    dispatcher: Any,
+) -> TransactionalCommitter | None:
+    """The exactly-once cursor store, or None for an at-least-once consumer.
+
+    Without a ``transactional_id`` one is derived from the group and the member's client id:
+    unique per member, which KIP-447 allows (the group generation fences zombies). A stable id
+    per member (a pod name) is better: a restarted member then aborts its predecessor's open
+    transaction at once instead of after ``transaction.timeout.ms``.
+    """
+    if not options.exactly_once:
+        return None
+    txn_id = options.transactional_id or (
+        f"keyshared-{kafka_config['group.id']}-{kafka_config.get('client.id', '')}"
+    )
+    reset = str(kafka_config.get("auto.offset.reset", "latest")).lower()
+    return TransactionalCommitter(
+        consumer,
+        metrics,
+        dispatcher.lock,
+        producer_config(kafka_config, txn_id),
+        reset_to_end=reset in ("latest", "largest", "end"),
+    )

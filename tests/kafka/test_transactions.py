@@ -1,0 +1,208 @@
+"""The exactly-once committer without a broker: what one transaction carries, what waits, and
+what a failure does (abort or a new producer, then a redo of every live partition).
+
+A scripted producer records every call; windows are driven by hand. The real-broker tests
+(``test_exactly_once``) prove the same paths end to end.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from keyshared.core.window import InFlightWindow
+from keyshared.kafka import transactions
+from keyshared.kafka.outputs import OutputMessage
+from keyshared.kafka.partition import PartitionState
+from keyshared.kafka.transactions import TransactionalCommitter
+from keyshared.metrics import ConsumerMetrics
+
+pytestmark = pytest.mark.unit
+
+
+class FakeProducer:
+    instances: list[FakeProducer] = []
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.calls: list[tuple[Any, ...]] = []
+        self.fail_commit: KafkaError | None = None
+        FakeProducer.instances.append(self)
+
+    def init_transactions(self, timeout: float) -> None:
+        self.calls.append(("init",))
+
+    def begin_transaction(self) -> None:
+        self.calls.append(("begin",))
+
+    def produce(self, topic: str, value: Any, key: Any, **extra: Any) -> None:
+        self.calls.append(("produce", topic, key, value))
+
+    def send_offsets_to_transaction(self, offsets: list[TopicPartition], meta: Any, t: float):  # type: ignore[no-untyped-def]
+        self.calls.append(("offsets", [(tp.partition, tp.offset) for tp in offsets]))
+
+    def commit_transaction(self, timeout: float) -> None:
+        if self.fail_commit is not None:
+            raise KafkaException(self.fail_commit)
+        self.calls.append(("commit",))
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.calls.append(("abort",))
+
+    def purge(self) -> None:
+        self.calls.append(("purge",))
+
+
+class FakeConsumer:
+    def __init__(self) -> None:
+        self.seeks: list[tuple[int, int]] = []
+        self.paused: set[int] = set()
+
+    def consumer_group_metadata(self) -> str:
+        return "generation-1"
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, 2) for tp in tps]
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition("t", 0)]
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.seeks.append((tp.partition, tp.offset))
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.paused.update(tp.partition for tp in tps)
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.paused.difference_update(tp.partition for tp in tps)
+
+
+class Events:
+    """The poll loop's membership events, as the redo uses them."""
+
+    def __init__(self, state: PartitionState) -> None:
+        self.states = {state.tp: state}
+        self.log: list[str] = []
+        self.fail_after_state = 0  # assigned() calls that build the state, then raise
+
+    def lost(self, tps: list[tuple[str, int]]) -> None:
+        self.log.append("lost")
+        for tp in tps:
+            self.states.pop(tp)
+
+    def assigned(self, tps: list[tuple[str, int]]) -> None:
+        self.log.append("assigned")
+        for tp in tps:
+            self.states[tp] = PartitionState(tp[0], tp[1], None, committed=2)  # type: ignore[arg-type]
+        if self.fail_after_state:
+            # As the poll loop's assigned() can: states built, then reading the positions
+            # (or the broker) fails before it returns.
+            self.fail_after_state -= 1
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+
+@pytest.fixture
+def desk(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(transactions, "Producer", FakeProducer)
+    FakeProducer.instances = []
+    metrics = ConsumerMetrics(f"g-{uuid.uuid4().hex[:8]}", "m")
+    state = PartitionState("t", 0, metrics.partition("t", 0), committed=0)
+    state.window = InFlightWindow(start_offset=0, max_window=100, per_worker_capacity=100)
+    consumer = FakeConsumer()
+    committer = TransactionalCommitter(
+        consumer, metrics, threading.Lock(), {"transactional.id": "x"}
+    )
+    events = Events(state)
+    committer.bind(events)  # type: ignore[arg-type]
+    return committer, state, events, consumer
+
+
+def _finish(state: PartitionState, *offsets: int, admitted: int = 10) -> None:
+    window = state.window
+    assert window is not None
+    if window.in_flight == 0 and not window.waiting:
+        for offset in range(admitted):
+            window.admit(offset, b"k%d" % offset, worker=0, payload=None, now=0.0)
+    for offset in offsets:
+        window.complete(offset)
+        state.outputs.stage(offset, [OutputMessage("out", b"k", b"v%d" % offset, None)])
+        state.outputs.release(offset)
+
+
+def test_one_transaction_carries_the_outputs_of_exactly_the_finished_records(desk: Any) -> None:
+    committer, state, _, _ = desk
+    producer = FakeProducer.instances[-1]
+    state.outputs.stage(5, [OutputMessage("out", b"k", b"staged only", None)])  # not finished
+    _finish(state, 0, 1, 3)
+    committer.commit_async([state])
+    assert producer.calls[1:] == [
+        ("begin",),
+        ("produce", "out", b"k", b"v0"),
+        ("produce", "out", b"k", b"v1"),
+        ("produce", "out", b"k", b"v3"),
+        ("offsets", [(0, 2)]),
+        ("commit",),
+    ]
+    assert state.committed == 2 and 5 in state.outputs.staged
+    committer.commit_async([state])  # nothing moved: no transaction
+    assert producer.calls[-1] == ("commit",) and committer.transactions == 1
+
+
+def test_outputs_of_offsets_the_metadata_cannot_name_wait_for_a_later_commit(desk: Any) -> None:
+    committer, state, _, _ = desk
+    committer._max_metadata_bytes = 16  # room for the first 4 of 19 finished offsets
+    _finish(state, *range(2, 40, 2), admitted=40)
+    committer.commit_async([state])
+    produced = [c[3] for c in FakeProducer.instances[-1].calls if c[0] == "produce"]
+    kept = [offset for offset, _ in state.outputs.ready]
+    assert len(produced) == 4 and len(kept) == 15, (produced, kept)
+    assert min(kept) > max(int(v[1:]) for v in produced)  # the farthest from the cursor wait
+
+
+def test_an_abortable_failure_aborts_and_redoes_every_live_partition(desk: Any) -> None:
+    committer, state, events, consumer = desk
+    producer = FakeProducer.instances[-1]
+    producer.fail_commit = KafkaError(KafkaError.ILLEGAL_GENERATION, txn_requires_abort=True)
+    _finish(state, 0, 1)
+    assert not committer.commit_sync([state])
+    assert ("abort",) in producer.calls and len(FakeProducer.instances) == 1
+    assert events.log == ["lost", "assigned"] and events.states[state.tp] is not state
+    assert consumer.seeks == [(0, 2)]  # back to the committed offset
+
+
+def test_a_fatal_failure_replaces_the_producer_before_the_next_transaction(desk: Any) -> None:
+    committer, state, events, _ = desk
+    first = FakeProducer.instances[-1]
+    first.fail_commit = KafkaError(KafkaError._FENCED, fatal=True)
+    _finish(state, 0)
+    committer.commit_async([state])
+    assert ("abort",) not in first.calls and ("purge",) in first.calls
+    assert events.log == ["lost", "assigned"]
+    fresh = events.states[state.tp]
+    fresh.window = InFlightWindow(start_offset=2, max_window=100, per_worker_capacity=100)
+    fresh.window.admit(2, b"k", worker=0, payload=None, now=0.0)
+    fresh.window.complete(2)
+    committer.commit_async([fresh])
+    second = FakeProducer.instances[-1]
+    assert second is not first and second.calls[0] == ("init",) and ("commit",) in second.calls
+
+
+def test_a_redo_interrupted_after_building_a_state_still_seeks_and_resumes(desk: Any) -> None:
+    """Found under a broker restart: a redo whose assigned() failed half way left a state
+    behind; the retry skipped that partition as already rebuilt, so it stayed paused at a
+    position nobody had set (the log said "redo: 0 partition(s) resume")."""
+    committer, state, events, consumer = desk
+    producer = FakeProducer.instances[-1]
+    producer.fail_commit = KafkaError(KafkaError.ILLEGAL_GENERATION, txn_requires_abort=True)
+    events.fail_after_state = 1
+    _finish(state, 0, 1)
+    assert not committer.commit_sync([state])
+    assert consumer.paused == {0} and consumer.seeks == []  # retried before the next commit
+    producer.fail_commit = None
+    committer.commit_async([])
+    assert consumer.seeks == [(0, 2)] and consumer.paused == set()
+    assert events.states[state.tp].committed == 2
