@@ -8,7 +8,6 @@ handler can never cost the group membership; the one place it waits is a revoke,
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -16,21 +15,20 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 
 from keyshared.core.health import StuckPartition
 from keyshared.core.offsets import decode_finished
-from keyshared.core.redaction import shown_key
 from keyshared.core.runs import EMPTY_RUNS
-from keyshared.core.window import CursorBlocker
+from keyshared.kafka.backpressure import Backpressure
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.group_membership import KafkaGroupMembership
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.kafka.positions import note_stale_positions, observe_positions
+from keyshared.kafka.sampling import LoopSampler
 from keyshared.kafka.seams import CursorStore, Membership, PollInbox
-from keyshared.kafka.split_keys import SplitKeyReport
 from keyshared.metrics import ConsumerMetrics
 from keyshared.settings import ConsumerOptions
 
@@ -42,9 +40,7 @@ TP = tuple[str, int]
 _BATCH = 1000
 _IDLE_POLL = 0.1
 _PAUSED_POLL = 0.005  # while a partition is paused: its resume is checked between polls
-_WAKE_TIMEOUT = 0.5  # the watermark query that wakes librdkafka's fetcher after a resume
 _SAMPLE_INTERVAL = 1.0
-_HOT_KEY_WINDOW = 60.0  # seconds of traffic the busiest/slowest key sketches cover
 
 
 class PollLoop:
@@ -79,15 +75,13 @@ class PollLoop:
         self._cursors: CursorStore = cursor_store if cursor_store is not None else self._committer
         self.inbox = inbox if inbox is not None else PollInbox()  # empty is falsy
         self.states: dict[TP, PartitionState] = {}
-        self._paused: set[TP] = set()
-        # Per partition, the offset last reported stuck: each stuck record is logged once.
-        self._reported_stuck: dict[TP, int] = {}
+        self._backpressure = Backpressure(consumer, metrics)
+        self._sampler = LoopSampler(consumer, dispatcher, metrics, options, worker_depths)
         # For the health probes (read from the endpoint's thread; each is replaced whole):
         # when the loop last went round, and each partition's oldest unfinished record as of
         # the last sample, with the sample's time.
         self.last_iteration = time.monotonic()
         self.oldest_unfinished: tuple[tuple[StuckPartition, ...], float] = ((), 0.0)
-        self._split_keys = SplitKeyReport(metrics, options.redact)
 
     def _state_of(self, tp: TP) -> PartitionState | None:
         return self.states.get(tp)
@@ -132,13 +126,14 @@ class PollLoop:
             # While a partition is paused, poll briefly: its resume is decided between polls,
             # and a 100 ms wait for records that cannot come left its window starving (the
             # async_io bench lost a tenth of its time there).
-            messages = self._consumer.consume(_BATCH, _PAUSED_POLL if self._paused else _IDLE_POLL)
+            paused = self._backpressure.paused
+            messages = self._consumer.consume(_BATCH, _PAUSED_POLL if paused else _IDLE_POLL)
             if messages:
                 self._admit(messages)
             if self.inbox:
                 self.inbox.run_pending()
             self._membership.tick()
-            self._apply_backpressure()
+            self._backpressure.apply(self.states, self._dispatcher.lock)
             self._nudge_workers()
             now = self.last_iteration = time.monotonic()
             if now >= next_commit:
@@ -169,114 +164,15 @@ class PollLoop:
             raise KafkaException(err)
         log.warning("consumer error: %s", err)
 
-    def _apply_backpressure(self) -> None:
-        pause: list[TopicPartition] = []
-        resume: list[TopicPartition] = []
-        with self._dispatcher.lock:
-            for tp, state in self.states.items():
-                window = state.window
-                if window is None:
-                    continue
-                if tp not in self._paused and window.should_pause():
-                    pause.append(TopicPartition(*tp))
-                    self._paused.add(tp)
-                elif tp in self._paused and window.should_resume():
-                    resume.append(TopicPartition(*tp))
-                    self._paused.discard(tp)
-        if pause:
-            self._consumer.pause(pause)
-            log.debug("paused %s: window full", [str(tp) for tp in pause])
-        if resume:
-            self._consumer.resume(resume)
-            self._wake_fetcher(resume)
-        if pause or resume:
-            self._metrics.set_paused_partitions(len(self._paused))
-
-    def _wake_fetcher(self, resumed: list[TopicPartition]) -> None:
-        """Make librdkafka fetch a resumed partition now, not up to a second later.
-
-        A pause empties the partition's prefetched queue, and on resume the broker thread only
-        notices the partition is fetchable again when it next wakes up: measured here at
-        ~940 ms every time on an idle single-partition consumer, so a window that drained to its
-        low watermark in 150 ms sat empty for the rest (librdkafka issue 630 shows the same gap
-        between "Resuming" and "fetch decide"). Any request to the leader's broker thread
-        wakes it; a watermark query is the cheapest one that needs no group state, and brought
-        the first batch after a resume down to ~3 ms. Failures only mean the usual wait.
-        """
-        for tp in resumed:
-            try:
-                self._consumer.get_watermark_offsets(tp, timeout=_WAKE_TIMEOUT, cached=False)
-            except (KafkaException, RuntimeError) as exc:
-                log.debug("waking the fetcher of %s[%d] failed: %s", tp.topic, tp.partition, exc)
-
     def _observe_positions(self) -> None:
         """Let cursors pass offsets never delivered (transaction markers at the end)."""
         observe_positions(self._consumer, self.states, self._dispatcher)
 
     def sample_metrics(self) -> None:
-        """Refresh the gauges (about once a second, never per record)."""
-        # First: whatever the gauges below show as admitted has been checked for split keys.
-        self._split_keys.drain(self._dispatcher.split_keys)
-        for worker, depth in enumerate(self._worker_depths()):
-            self._metrics.worker_queue_depth(worker, depth)
-        now = time.monotonic()
-        oldest: list[StuckPartition] = []
-        for state in list(self.states.values()):
-            try:
-                _, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(state.topic, state.partition), cached=True
-                )
-                if high >= 0:
-                    state.high_watermark = high
-            except KafkaException:
-                pass
-            with self._dispatcher.lock:
-                window = state.window
-                blocker = window.blocker(now) if window is not None else None
-                state.metrics.update(
-                    in_flight=window.in_flight if window else 0,
-                    waiting=window.waiting if window else 0,
-                    busy_keys=window.busy_keys if window else 0,
-                    blocked_keys=len(state.blocked_keys()) + len(state.parked),
-                    paused=state.tp in self._paused,
-                    safe_cursor=window.safe_cursor if window else (state.committed or 0),
-                    committed=state.committed,
-                    high_watermark=state.high_watermark,
-                    oldest_incomplete_age=blocker.age if blocker else 0.0,
-                    hot_key_share=state.stats.hot_key_share(),
-                )
-            if blocker is not None:
-                oldest.append(StuckPartition(*state.tp, blocker.offset, blocker.age))
-                if blocker.age >= self._options.stuck_after:
-                    self._report_stuck(state, blocker)
-            if now - state.stats.since > _HOT_KEY_WINDOW:
-                # The sketches describe recent traffic, not the partition's whole history.
-                state.stats.reset(now)
-        self.oldest_unfinished = (tuple(oldest), now)
-
-    def _report_stuck(self, state: PartitionState, blocker: CursorBlocker) -> None:
-        """Warn once per record that holds the partition's committed offset past ``stuck_after``.
-
-        Sampled with the gauges (the oldest-incomplete age is the metric), so it costs nothing
-        per record; the record's key goes through the redaction hook like any logged key.
-        """
-        if self._reported_stuck.get(state.tp) == blocker.offset:
-            return
-        self._reported_stuck[state.tp] = blocker.offset
-        log.warning(
-            "stuck record: %s[%d]@%d key=%s %s for %.0fs (stuck_after=%gs); the committed "
-            "offset of %s[%d] holds at %d until it finishes",
-            state.topic,
-            state.partition,
-            blocker.offset,
-            shown_key(blocker.key, self._options.redact),
-            "has been in flight" if blocker.in_flight else "has been waiting for dispatch",
-            blocker.age,
-            self._options.stuck_after,
-            state.topic,
-            state.partition,
-            blocker.offset,
-        )
+        """Refresh the gauges and the health view's oldest unfinished records (about once a
+        second, never per record)."""
+        oldest = self._sampler.sample(self.states, self._backpressure.paused)
+        self.oldest_unfinished = (oldest, time.monotonic())
 
     # -- membership events (on this thread: rebalance callbacks are served inside consume) ----
 
@@ -325,7 +221,7 @@ class PollLoop:
                 return True
             return self._drain_and_commit(revoked, reason="revoke")
         finally:
-            self._clear_pauses(partitions)
+            self._backpressure.release(partitions)
 
     def lost(self, partitions: list[TP]) -> None:
         """Partitions taken away without a revoke (session lost): commit nothing."""
@@ -337,15 +233,7 @@ class PollLoop:
         )
         self._dispatcher.remove(lost)
         self._forget(lost)
-        self._clear_pauses(partitions)
-
-    def _clear_pauses(self, partitions: list[TP]) -> None:
-        """Resume partitions that leave: librdkafka keeps a pause on the partition, not the
-        assignment, so one paused now (window full, an exactly-once redo) would come back
-        paused with nobody left to resume it (tests/kafka/test_paused_handover.py)."""
-        if partitions:
-            with contextlib.suppress(KafkaException, RuntimeError):
-                self._consumer.resume([TopicPartition(*tp) for tp in partitions])
+        self._backpressure.release(partitions)
 
     def _drain_and_commit(self, states: list[PartitionState], reason: str) -> bool:
         """Wait for what runs (bounded), commit synchronously, then let the partitions go."""
@@ -379,12 +267,16 @@ class PollLoop:
         finally:
             self.states = saved
 
+    @property
+    def paused(self) -> frozenset[TP]:
+        """Partitions paused because their window is full."""
+        return frozenset(self._backpressure.paused)
+
     def _forget(self, states: list[PartitionState]) -> None:
         for state in states:
-            self._paused.discard(state.tp)
-            self._reported_stuck.pop(state.tp, None)
+            self._sampler.forget(state.tp)
             self._metrics.forget_partition(state.topic, state.partition)
-        self._metrics.set_paused_partitions(len(self._paused))
+        self._backpressure.forget(state.tp for state in states)
 
     def _shutdown(self) -> None:
         """Drain and commit while still serving the group, then let the partitions go.

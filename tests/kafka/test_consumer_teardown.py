@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 import keyshared
 from coordinator import ZooKeeperCoordinator
 from coordinator.errors import CoordinatorUnreachable
-from keyshared.kafka import poll_loop
+from keyshared.kafka import backpressure
 from tests.coordinator.conftest import NAMESPACE, WAIT_S, closed_port
 from tests.helpers import wait_until
 from tests.kafka.support.journal import produce
@@ -45,14 +46,14 @@ def test_an_exception_escaping_the_poll_loop_ends_the_zookeeper_session(
     produce(kafka_bootstrap, topic, [(b"k", 1)])
     handled = threading.Event()
     fail = threading.Event()
-    original = poll_loop.PollLoop._apply_backpressure
+    original = backpressure.Backpressure.apply
 
-    def apply_backpressure(self: poll_loop.PollLoop) -> None:
+    def apply(self: backpressure.Backpressure, *args: Any) -> None:
         if fail.is_set():
             raise Boom("injected into the poll loop")
-        original(self)
+        original(self, *args)
 
-    monkeypatch.setattr(poll_loop.PollLoop, "_apply_backpressure", apply_backpressure)
+    monkeypatch.setattr(backpressure.Backpressure, "apply", apply)
     zk = ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE, session_timeout=30.0)
     consumer = keyshared.KeySharedConsumer(
         {"bootstrap.servers": kafka_bootstrap, "group.id": group, "client.id": "M"},

@@ -27,13 +27,13 @@ class _StallableConsumer:
     def __init__(self, inner: Any) -> None:
         self._inner = inner
         self.stalled = threading.Event()
-        self.resume = threading.Event()
+        self.unstall = threading.Event()  # not `resume`: that is the consumer method it wraps
         self.entered_stall = threading.Event()
 
     def consume(self, *args: Any, **kwargs: Any) -> Any:
         if self.stalled.is_set():
             self.entered_stall.set()
-            self.resume.wait(120)
+            self.unstall.wait(120)
         return self._inner.consume(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -75,13 +75,13 @@ def test_a_stalled_poll_loop_fails_liveness_and_recovers(
             assert "wedged" in " ".join(probe(consumer, "/readyz")[1]["reasons"])
 
             stallable.stalled.clear()
-            stallable.resume.set()
+            stallable.unstall.set()
             wait_until(lambda: probe(consumer, "/readyz")[0] == 200, "readiness after the stall")
             status, body = probe(consumer, "/healthz")
             assert status == 200 and body["reasons"] == [], body
             wait_until(lambda: probe(consumer, "/readyz")[1]["partitions"] == 1, "the partition")
     finally:
-        stallable.resume.set()
+        stallable.unstall.set()
 
 
 def test_a_stuck_record_fails_readiness_until_it_finishes(

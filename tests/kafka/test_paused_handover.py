@@ -51,7 +51,7 @@ def test_a_partition_paused_when_revoked_fetches_again_when_assigned_back(
     running.start()
     try:
         wait_for(
-            lambda: member._loop is not None and len(member._loop._paused) == 2,
+            lambda: member._loop is not None and len(member._loop.paused) == 2,
             60,
             "both windows to fill and pause",
         )
