@@ -19,7 +19,7 @@ from keyshared.core.poison import DeserializationError, PoisonPolicy, Retry, dec
 from keyshared.core.redaction import REDACTION_INPUT_LIMIT, Redactor, shown_error, shown_key
 from keyshared.core.window import Entry
 from keyshared.kafka.deserializers import decoder
-from keyshared.kafka.dlq import provenance_headers
+from keyshared.kafka.dlq_headers import provenance_headers
 from keyshared.kafka.outputs import Output, stage_dead_letter
 from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.kafka.settlement import LoopSettlement, SettlementBuffer, account

@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 
 from keyshared.errors import KeySharedError
 from keyshared.kafka.client_config import client_properties
-from keyshared.kafka.dlq import DlqHeader
+from keyshared.kafka.dlq_headers import DlqHeader
 from keyshared.kafka.keystate import KeyStateError, KeyStateStore
 from keyshared.ops.group_status import GroupInfo, Member
 

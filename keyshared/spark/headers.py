@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from keyshared.kafka.dlq import DlqHeader
+from keyshared.kafka.dlq_headers import DlqHeader
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from keyshared.kafka.dlq import provenance_headers
+from keyshared.kafka.dlq_headers import provenance_headers
 from keyshared.record import Record
 from keyshared.spark.faults import maybe_fail
 from keyshared.spark.replay import _first_line, _start_offsets
