@@ -20,7 +20,7 @@ from coordinator.exclusive import ExclusiveLock
 from coordinator.layout import DEFAULT_NAMESPACE, GroupLayout
 from coordinator.leader import AssignmentLeader
 from coordinator.leases import Lease, PartitionLeases, RangeLeases
-from coordinator.members import MemberInfo, Membership, MembersWatch
+from coordinator.members import MemberInfo, Membership
 from coordinator.pins import Pins
 from coordinator.session import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -125,13 +125,6 @@ class ZooKeeperCoordinator:
         membership = Membership(self.client, self.layout(group), info)
         membership.join()
         return membership
-
-    def watch_members(
-        self, group: str, on_change: Callable[[dict[str, MemberInfo]], None]
-    ) -> MembersWatch:
-        watch = MembersWatch(self.client, self.layout(group), on_change)
-        self._track(watch.stop)
-        return watch
 
     def leader(
         self,

@@ -81,10 +81,6 @@ class AssignmentLeader:
         """Whether this member currently leads (it may learn of a lost session late)."""
         return self._leading.is_set()
 
-    def wait_leading(self, timeout: float | None = None) -> bool:
-        """Block until this member leads or ``timeout`` passes; return whether it leads."""
-        return self._leading.wait(timeout)
-
     def contenders(self) -> list[str]:
         """Member ids in the election, the leader first."""
         return list(self._election.contenders())

@@ -362,10 +362,6 @@ class Dispatcher:
             for worker, works in held or ():
                 self._submit(worker, works)
 
-    @property
-    def dispatch_paused(self) -> bool:
-        return self._held is not None
-
     def _drop_held(self, states: list[PartitionState]) -> None:
         """Held records of partitions that stop dispatching never run: they stay incomplete in
         their windows (so no cursor passes them) and stop counting as running."""

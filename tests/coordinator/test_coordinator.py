@@ -74,7 +74,7 @@ def test_hand_over_drains_and_carries_cursors(
     b_pending = b.range_leases(group, "B").begin(SECOND, generation=b_gain.generation)
     granted: queue.Queue[Lease] = queue.Queue()
     threading.Thread(target=lambda: granted.put(b_pending.wait(WAIT_S)), daemon=True).start()
-    a_small = a_leases.acquire(a_loss.acquire[0], generation=a_loss.generation, timeout=WAIT_S)
+    a_small = a_leases.acquire(a_loss.owned[0], generation=a_loss.generation, timeout=WAIT_S)
     status = a.status(group)
     assert status.generation == a_loss.generation and set(status.members) == {"A", "B"}
     assert status.leader == "A"
