@@ -201,14 +201,38 @@ def four_letter(hosts: str, word: str, timeout: float = 5.0) -> str:
 def mntr(hosts: str) -> dict[str, float]:
     """``mntr``'s numeric counters, plus ``zxid`` from ``stat`` (one per write transaction)."""
     counters: dict[str, float] = {}
-    for line in four_letter(hosts, "mntr").splitlines():
-        key, _, value = line.partition("\t")
-        with contextlib.suppress(ValueError):
-            counters[key] = float(value)
-    match = re.search(r"Zxid: 0x([0-9a-f]+)", four_letter(hosts, "stat"))
+    try:
+        for line in four_letter(hosts, "mntr").splitlines():
+            key, _, value = line.partition("\t")
+            with contextlib.suppress(ValueError):
+                counters[key] = float(value)
+        match = re.search(r"Zxid: 0x([0-9a-f]+)", four_letter(hosts, "stat"))
+    except OSError:  # a server that does not allow the words: no counters
+        return counters
     if match:
         counters["zxid"] = float(int(match.group(1), 16) & 0xFFFFFFFF)
     return counters
+
+
+def _delta(after: dict[str, float], before: dict[str, float], key: str) -> float:
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+SERVER_PID: dict[str, int] = {}  # hosts -> pid of a private server (for its CPU time)
+
+
+def server_cpu_s(hosts: str) -> float:
+    """CPU seconds the private ZooKeeper server at ``hosts`` used so far (0: not ours)."""
+    pid = SERVER_PID.get(hosts)
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    import os
+
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
@@ -232,7 +256,9 @@ def private_zookeeper(heap_mb: int = 512) -> Iterator[str]:
                 if time.monotonic() > deadline or not process.is_running(pid, str(files.config)):
                     raise RuntimeError(f"ZooKeeper did not start (see {files.console_file})")
                 time.sleep(0.2)
-            yield f"{LOOPBACK}:{port}"
+            hosts = f"{LOOPBACK}:{port}"
+            SERVER_PID[hosts] = pid
+            yield hosts
         finally:
             process.stop(pid, str(files.config), 10.0)
 
@@ -385,6 +411,7 @@ class EventFigures:
     grant_wait_s_max: float
     zk_writes: int  # zxid delta over the event
     zk_requests: int  # packets received over the event
+    server_cpu_s: float  # ZooKeeper's CPU seconds over the event (private server only)
 
 
 @dataclass
@@ -404,10 +431,17 @@ class ZooKeeperFigures:
     steady_writes_per_s: float  # zxid/s with the commit rounds and the leader's pass
     steady_cursor_ops_per_s: float  # cursor znodes written per second
     steady_requests_per_s: float
-    flush_round_s: float  # one commit interval's cursor writes of every member (mean)
+    steady_server_cpu: float  # ZooKeeper's CPU (cores) meanwhile: private server only
+    steady_harness_cpu: float  # this process's CPU (cores): the simulated members
+    server_cpu_ms_per_write: float  # ZooKeeper CPU per write transaction (reads included)
+    zk_avg_latency_ms: float
+    zk_max_latency_ms: float
+    flush_round_s: float  # one commit interval's cursor writes of every member (median)
+    flush_rounds: int
     watermark_pass_s: float  # the leader's pass: read every cursor, delete superseded
     full_read_s: float  # one read_cursors of the whole group
     full_read_cursors: int
+    held_leases: int  # granted range leases at the end: one per range, by its owner
     events: list[EventFigures] = field(default_factory=list)
 
 
@@ -544,22 +578,37 @@ def measure_zookeeper(
         _wait(formed, timeout, "forming the group")
         form_s = time.monotonic() - began
         say(f"formed in {form_s:.1f} s (generation {group.generation()})")
+        # Churn first, so that the steady state after it has the ranges churn leaves.
+        rng = random.Random(27)
+        churned: list[EventFigures] = []
+        for index in range(events):
+            group.commit_round()  # what the rounds and the leader's pass would have done
+            group.watermark_pass()
+            churned.append(_churn(group, index % 2 == 0, rng, timeout))
+            say(f"event {index}: {asdict(churned[-1])}")
+        group.rounds, group.passes, group.cursor_writes = [], [], 0
         rounds = threading.Thread(target=group.rounds_loop, name="scale-rounds", daemon=True)
         before = mntr(hosts)
         t0 = time.monotonic()
+        cpu0, harness0 = server_cpu_s(hosts), time.process_time()
         rounds.start()
         time.sleep(steady_s)
         after = mntr(hosts)
         elapsed = time.monotonic() - t0
-        group.stop_rounds.set()  # quiet from here: the events' own reads and writes only
+        server_cpu = server_cpu_s(hosts) - cpu0
+        harness_cpu = time.process_time() - harness0
+        group.stop_rounds.set()
         rounds.join()
+        passes = list(group.passes)
+        group.watermark_pass()  # superseded cursors collected: the steady cursor set
         admin = group.members[0]
         znodes = _group_znodes(admin.client, admin.layout)
         snapshot = read_assignment(admin.client, admin.layout)
         began = time.monotonic()
         cursors = read_cursors(admin.client, admin.layout)
         full_read_s = time.monotonic() - began
-        rounds_s = statistics.fmean(group.rounds) if group.rounds else 0.0
+        rounds_s = statistics.median(group.rounds) if group.rounds else 0.0
+        held = _verify(group, snapshot.assignment, len(cursors))
         figures = ZooKeeperFigures(
             members=members,
             partitions=partitions,
@@ -573,26 +622,28 @@ def measure_zookeeper(
             data_bytes=int(after.get("zk_approximate_data_size", 0)),
             assignment_bytes=len(snapshot.to_json()),
             ranges=len(snapshot.assignment),
-            steady_writes_per_s=round((after["zxid"] - before["zxid"]) / elapsed, 1),
+            steady_writes_per_s=round(_delta(after, before, "zxid") / elapsed, 1),
             steady_cursor_ops_per_s=round(group.cursor_writes / elapsed, 1),
-            steady_requests_per_s=round(
-                (after["zk_packets_received"] - before["zk_packets_received"]) / elapsed, 1
+            steady_requests_per_s=round(_delta(after, before, "zk_packets_received") / elapsed, 1),
+            steady_server_cpu=round(server_cpu / elapsed, 3),
+            steady_harness_cpu=round(harness_cpu / elapsed, 3),
+            server_cpu_ms_per_write=round(
+                1000 * server_cpu / max(1.0, _delta(after, before, "zxid")), 3
             ),
+            zk_avg_latency_ms=after.get("zk_avg_latency", 0.0),
+            zk_max_latency_ms=after.get("zk_max_latency", 0.0),
             flush_round_s=round(rounds_s, 3),
-            watermark_pass_s=round(statistics.fmean(group.passes), 3) if group.passes else 0.0,
+            flush_rounds=len(group.rounds),
+            watermark_pass_s=round(statistics.fmean(passes), 3) if passes else 0.0,
             full_read_s=round(full_read_s, 3),
             full_read_cursors=len(cursors),
+            held_leases=held,
         )
         say(
             f"steady: {figures.steady_writes_per_s} writes/s, {figures.znodes_total} znodes, "
             f"{figures.watches} watches"
         )
-        rng = random.Random(27)
-        for index in range(events):
-            group.commit_round()  # what the rounds and the leader's pass would have done
-            group.watermark_pass()
-            figures.events.append(_churn(group, index % 2 == 0, rng, timeout))
-            say(f"event {index}: {asdict(figures.events[-1])}")
+        figures.events = churned
         return figures
     finally:
         group.stop_rounds.set()
@@ -609,6 +660,25 @@ def measure_zookeeper(
             admin_client.close()
 
 
+def _verify(group: _Group, assignment: SlotMap, cursors: int) -> int:
+    """Raise AssertionError unless the group is consistent at rest: every slot owned once by a
+    live member, one granted lease per range held by its owner, every range's cursor in every
+    partition; return the number of granted leases."""
+    from coordinator.layout import parse_range
+    from coordinator.leases import read_leases
+
+    live = [m.member_id for m in group.members]
+    check_assignment(assignment, live)
+    admin = group.members[0]
+    granted = [info for info in read_leases(admin.client, admin.layout.leases) if info.held]
+    by_range = {(parse_range(info.key), info.member_id) for info in granted}
+    wanted = {(slots, owner) for slots, owner in assignment.items()}
+    assert by_range == wanted, f"leases {sorted(by_range - wanted)} vs {sorted(wanted - by_range)}"
+    assert len(granted) == len(wanted), "a range with two granted leases"
+    assert cursors == len(wanted) * group.partitions, f"{cursors} cursors"
+    return len(granted)
+
+
 def _owners(group: _Group) -> int:
     from coordinator.assignment import read_assignment
 
@@ -623,6 +693,7 @@ def _churn(group: _Group, joining: bool, rng: random.Random, timeout: float) -> 
     hosts = group.hosts
     before_gen = group.generation()
     before = mntr(hosts)
+    cpu0 = server_cpu_s(hosts)
     if joining:
         member = group.new_member()
         t0 = time.monotonic()
@@ -640,6 +711,7 @@ def _churn(group: _Group, joining: bool, rng: random.Random, timeout: float) -> 
     settled_at = max(m.settled.get(generation, t0) for m in group.members)
     seen_at = max(m.seen.get(generation, t0) for m in group.members)
     after = mntr(hosts)
+    server_cpu = server_cpu_s(hosts) - cpu0
     rereads = [r for m in group.members for r in m.rereads if r[0] == generation]
     began = time.monotonic()  # one member's whole-group read, alone (the plug's re-read)
     whole = read_cursors(group.members[0].client, group.members[0].layout)
@@ -659,8 +731,9 @@ def _churn(group: _Group, joining: bool, rng: random.Random, timeout: float) -> 
         whole_read_s=round(whole_s, 3),
         whole_read_cursors=len(whole),
         grant_wait_s_max=round(max(waits, default=0.0), 3),
-        zk_writes=int(after["zxid"] - before["zxid"]),
-        zk_requests=int(after["zk_packets_received"] - before["zk_packets_received"]),
+        zk_writes=int(_delta(after, before, "zxid")),
+        zk_requests=int(_delta(after, before, "zk_packets_received")),
+        server_cpu_s=round(server_cpu, 3),
     )
 
 
