@@ -145,7 +145,8 @@ def measure_planner(
             live = [*live, f"member-{next_id:05d}"]
             next_id += 1
         else:
-            live = [m for m in live if m != rng.choice(live)]
+            victim = rng.choice(live)
+            live = [m for m in live if m != victim]
         began = time.perf_counter()
         plan = plan_assignment(current, live)
         elapsed = (time.perf_counter() - began) * 1000
@@ -737,6 +738,87 @@ def _churn(group: _Group, joining: bool, rng: random.Random, timeout: float) -> 
     )
 
 
+@dataclass
+class WriteCapacity:
+    partitions: int
+    writers: int
+    seconds: float
+    transactions_per_s: float  # fenced cursor transactions, one per range and interval
+    cursor_writes_per_s: float
+    server_cpu_ms_per_transaction: float  # private server only
+    server_cpu: float  # cores
+    harness_cpu: float  # cores
+
+
+def measure_write_capacity(
+    hosts: str, partitions: int = 64, writers: int = 32, seconds: float = 10.0
+) -> WriteCapacity:
+    """How many fenced cursor transactions (``partitions`` cursors each, as one range's
+    commit) ZooKeeper takes when ``writers`` ranges write back to back, each its own session."""
+    from kazoo.client import KazooClient
+
+    from coordinator.cursors import CursorWriter
+    from coordinator.layout import GroupLayout
+    from coordinator.leases import RangeLeases
+    from keyshared.core.slots import split_evenly
+
+    layout = GroupLayout(f"scale-writes-{int(time.time())}", "/keyshared-scale")
+    clients = [KazooClient(hosts=hosts, timeout=30.0) for _ in range(writers)]
+    for client in clients:
+        client.start(timeout=30)
+    layout.ensure(clients[0])
+    cursor_writes = [0] * writers
+    stop = threading.Event()
+
+    def write(index: int, slots: SlotRange) -> None:
+        client = clients[index]
+        lease = RangeLeases(client, layout, f"writer-{index}").acquire(slots, generation=1)
+        writer = CursorWriter(client, layout, lease)
+        offset = 0
+        while not stop.is_set():
+            offset += 100
+            for partition in range(partitions):
+                writer.stage("scale", partition, offset)
+            cursor_writes[index] += writer.flush()
+
+    threads = [
+        threading.Thread(target=write, args=(i, slots), daemon=True)
+        for i, slots in enumerate(split_evenly(writers))
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)  # leases taken, cursor znodes created
+        before, cpu0, harness0 = mntr(hosts), server_cpu_s(hosts), time.process_time()
+        began = time.monotonic()
+        time.sleep(seconds)
+        after, elapsed = mntr(hosts), time.monotonic() - began
+        server_cpu = server_cpu_s(hosts) - cpu0
+        harness_cpu = time.process_time() - harness0
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            clients[0].delete(layout.root, recursive=True)
+        for client in clients:
+            with contextlib.suppress(Exception):
+                client.stop()
+                client.close()
+    transactions = _delta(after, before, "zxid")
+    return WriteCapacity(
+        partitions=partitions,
+        writers=writers,
+        seconds=round(elapsed, 1),
+        transactions_per_s=round(transactions / elapsed, 1),
+        cursor_writes_per_s=round(transactions * partitions / elapsed, 1),
+        server_cpu_ms_per_transaction=round(1000 * server_cpu / max(1.0, transactions), 3),
+        server_cpu=round(server_cpu / elapsed, 3),
+        harness_cpu=round(harness_cpu / elapsed, 3),
+    )
+
+
 # -- command line --------------------------------------------------------------------------------
 
 
@@ -754,6 +836,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=64)
     parser.add_argument("--events", type=int, default=4, help="churn events per ZooKeeper run")
     parser.add_argument("--steady-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--write-seconds",
+        type=float,
+        default=10.0,
+        help="ZooKeeper's cursor write capacity, measured this long (0: skip)",
+    )
     parser.add_argument("--zookeeper", help="host:port (default: a private server)")
     parser.add_argument("--out", type=Path, default=Path("scale-results.json"))
     args = parser.parse_args(argv)
@@ -763,12 +851,12 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    results: dict[str, Any] = {"planner": [], "zookeeper": []}
+    results: dict[str, Any] = {"planner": [], "zookeeper": [], "write_capacity": None}
     for n in args.planner_members:
         figures = measure_planner(n, args.planner_events)
         say(f"planner {n}: {asdict(figures)}")
         results["planner"].append(asdict(figures))
-    if args.members:
+    if args.members or args.write_seconds > 0:
         server = contextlib.nullcontext(args.zookeeper) if args.zookeeper else private_zookeeper()
         with server as hosts:
             for n in args.members:
@@ -777,6 +865,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 results["zookeeper"].append(asdict(zk))
                 args.out.write_text(json.dumps(results, indent=2) + "\n")
+            if args.write_seconds > 0:
+                capacity = measure_write_capacity(
+                    hosts, args.partitions, seconds=args.write_seconds
+                )
+                say(f"write capacity: {asdict(capacity)}")
+                results["write_capacity"] = asdict(capacity)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     say(f"results: {args.out}")
     return 0
