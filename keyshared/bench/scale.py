@@ -184,6 +184,30 @@ def measure_planner(
     )
 
 
+def fragmentation(
+    members: int, events: int, every: int, seed: int = 27
+) -> list[tuple[int, int, int]]:
+    """Ranges under long churn (the churn of :func:`measure_planner`): ``(events so far, ranges
+    in all, most ranges of one member)`` every ``every`` events. Counts only: deterministic."""
+    rng = random.Random(seed)
+    live = [f"member-{i:05d}" for i in range(members)]
+    next_id = members
+    current = plan_assignment(SlotMap(), live).assignment
+    samples: list[tuple[int, int, int]] = []
+    for index in range(1, events + 1):
+        if index % 2:
+            live = [*live, f"member-{next_id:05d}"]
+            next_id += 1
+        else:
+            victim = rng.choice(live)
+            live = [m for m in live if m != victim]
+        current = plan_assignment(current, live).assignment
+        if index % every == 0:
+            most = max(len(current.ranges_of(m)) for m in live)
+            samples.append((index, len(current), most))
+    return samples
+
+
 # -- ZooKeeper: four-letter words and a private server -----------------------------------------
 
 
@@ -832,6 +856,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--planner-members", type=_sizes, default=[10, 100, 1000])
     parser.add_argument("--planner-events", type=int, default=200)
+    parser.add_argument(
+        "--fragmentation",
+        type=_sizes,
+        default=[],
+        help="member counts to follow under long churn (ranges only)",
+    )
+    parser.add_argument("--fragmentation-events", type=int, default=2000)
     parser.add_argument("--members", type=_sizes, default=[10, 100], help="ZooKeeper runs")
     parser.add_argument("--partitions", type=int, default=64)
     parser.add_argument("--events", type=int, default=4, help="churn events per ZooKeeper run")
@@ -851,7 +882,17 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    results: dict[str, Any] = {"planner": [], "zookeeper": [], "write_capacity": None}
+    results: dict[str, Any] = {
+        "planner": [],
+        "fragmentation": {},
+        "zookeeper": [],
+        "write_capacity": None,
+    }
+    for n in args.fragmentation:
+        every = max(1, args.fragmentation_events // 10)
+        samples = fragmentation(n, args.fragmentation_events, every)
+        say(f"fragmentation {n}: {samples}")
+        results["fragmentation"][str(n)] = samples
     for n in args.planner_members:
         figures = measure_planner(n, args.planner_events)
         say(f"planner {n}: {asdict(figures)}")

@@ -14,7 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from keyshared.bench.scale import check_assignment, measure_planner, measure_zookeeper
+from keyshared.bench.scale import (
+    check_assignment,
+    fragmentation,
+    measure_planner,
+    measure_zookeeper,
+)
 from keyshared.core.assignment import plan_assignment
 from keyshared.core.slots import SlotMap, SlotRange
 
@@ -30,6 +35,15 @@ def test_planner_figures_add_up() -> None:
     # a join takes about 1/N of the space, a leave hands out the leaver's share
     assert 65536 / 11 / 2 < figures.slots_moved_per_event_mean < 65536 / 9 * 2
     assert figures.assignment_bytes > 0
+
+
+@pytest.mark.unit
+def test_fragmentation_samples_count_ranges() -> None:
+    samples = fragmentation(5, events=40, every=10)
+    assert [events for events, _, _ in samples] == [10, 20, 30, 40]
+    for _, ranges, most in samples:
+        assert ranges >= 5 and 1 <= most <= ranges
+    assert samples == fragmentation(5, events=40, every=10)  # deterministic
 
 
 @pytest.mark.unit
