@@ -9,7 +9,7 @@ generation therefore rises by one per write and never goes back.
 
 A member does not act on the whole map but on its diff against the generation it last saw,
 :class:`AssignmentChange`: the slots it must stop dispatching and drain (``lost``), the slots it
-may dispatch only after acquiring their lease (``gained``), and the ranges it owns now.
+may dispatch only after acquiring their lease (``gained``), and the leases to take and release.
 """
 
 from __future__ import annotations
@@ -143,6 +143,10 @@ class AssignmentChange:
     :param gained: slots newly owned; dispatch none of them before the lease covering them is
         acquired (that waits for the previous owner's drain).
     :param lost: slots no longer owned; stop dispatching them now, drain, write their cursors.
+    :param acquire: ranges of ``owned`` not owned in this exact shape before: acquire a lease
+        each (immediate where only this member's own leases overlap).
+    :param release: previously owned ranges not in ``owned``: release their leases once the
+        ``lost`` slots inside them are drained and their cursors written.
     :param assignment: the whole map, for routing and status.
     """
 
@@ -150,6 +154,8 @@ class AssignmentChange:
     owned: tuple[SlotRange, ...]
     gained: tuple[SlotRange, ...]
     lost: tuple[SlotRange, ...]
+    acquire: tuple[SlotRange, ...]
+    release: tuple[SlotRange, ...]
     assignment: SlotMap
 
     @classmethod
@@ -162,6 +168,8 @@ class AssignmentChange:
             owned=tuple(new),
             gained=tuple(subtract_ranges(new, old)),
             lost=tuple(subtract_ranges(old, new)),
+            acquire=tuple(r for r in new if r not in old),
+            release=tuple(r for r in old if r not in new),
             assignment=after,
         )
 
