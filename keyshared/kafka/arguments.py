@@ -3,13 +3,13 @@ with a :class:`ConfigurationError` naming the argument, never later inside ``run
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from keyshared.errors import ConfigurationError
 from keyshared.settings import ConsumerOptions
 
-__all__ = ["check_arguments", "topic_list"]
+__all__ = ["check_arguments", "check_drain_timeout", "resolve_options", "topic_list"]
 
 
 def check_arguments(options: ConsumerOptions, coordinator: Any, handler: Any) -> None:
@@ -38,3 +38,30 @@ def topic_list(topics: Iterable[str] | str) -> list[str]:
     if not listed or not all(isinstance(t, str) and t for t in listed):
         raise ConfigurationError("topics", "must be a non-empty list of topic names")
     return listed
+
+
+def resolve_options(options: ConsumerOptions | None, values: Mapping[str, Any]) -> ConsumerOptions:
+    """``options=`` or keyword options (not both); an unknown keyword is named in the error."""
+    if options is not None and values:
+        raise ConfigurationError("options", "give either options= or keyword options, not both")
+    if options is not None:
+        return options
+    try:
+        return ConsumerOptions(**values)
+    except TypeError as exc:
+        raise ConfigurationError(
+            str(exc).split("'")[-2] if "'" in str(exc) else "options",
+            f"unknown option ({exc})",
+        ) from None
+
+
+def check_drain_timeout(options: ConsumerOptions, kafka_config: Mapping[str, Any]) -> None:
+    """A revoke drains before the consumer polls again, so the drain must end well inside
+    ``max.poll.interval.ms`` or the group would evict the member mid-drain."""
+    poll_interval_ms = int(kafka_config.get("max.poll.interval.ms", 300_000))
+    if options.drain_timeout * 1000 >= poll_interval_ms:
+        raise ConfigurationError(
+            "drain_timeout",
+            f"{options.drain_timeout:g}s must be shorter than max.poll.interval.ms "
+            f"({poll_interval_ms} ms): a revoke drains before the consumer polls again",
+        )

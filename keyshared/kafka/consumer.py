@@ -23,8 +23,12 @@ from confluent_kafka import KafkaException, TopicPartition
 from keyshared.core.poison import PoisonPolicy
 from keyshared.core.redaction import shown_key
 from keyshared.errors import ConfigurationError, KeySharedError
-from keyshared.kafka.arguments import check_arguments, topic_list
-from keyshared.kafka.batch_workers import BatchAsyncRunner, BatchThreadWorkers
+from keyshared.kafka.arguments import (
+    check_arguments,
+    check_drain_timeout,
+    resolve_options,
+    topic_list,
+)
 from keyshared.kafka.batches import BatchHandler
 from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.dlq import DeadLetterWriter
@@ -34,12 +38,12 @@ from keyshared.kafka.hotkeys_view import hot_keys_report
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.poll_loop import PollLoop
 from keyshared.kafka.pull import PullQueue
+from keyshared.kafka.runners import make_runner
 from keyshared.kafka.scheduler import Scheduler
 from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox, Runner
 from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
 from keyshared.kafka.tracing import handler_tracer
 from keyshared.kafka.transactions import transactional_store
-from keyshared.kafka.workers import AsyncRunner, ThreadWorkers
 from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
 from keyshared.record import Record
 from keyshared.settings import ConsumerOptions, build_kafka_config
@@ -92,27 +96,12 @@ class KeySharedConsumer:
         options: ConsumerOptions | None = None,
         **option_values: Any,
     ) -> None:
-        if options is not None and option_values:
-            raise ConfigurationError("options", "give either options= or keyword options, not both")
-        if options is None:
-            try:
-                options = ConsumerOptions(**option_values)
-            except TypeError as exc:
-                raise ConfigurationError(
-                    str(exc).split("'")[-2] if "'" in str(exc) else "options",
-                    f"unknown option ({exc})",
-                ) from None
+        options = resolve_options(options, option_values)
         self.options = options
         check_arguments(options, coordinator, handler)
         self._coordinator = coordinator
         self._config = build_kafka_config(config)
-        poll_interval_ms = int(self._config.get("max.poll.interval.ms", 300_000))
-        if options.drain_timeout * 1000 >= poll_interval_ms:
-            raise ConfigurationError(
-                "drain_timeout",
-                f"{options.drain_timeout:g}s must be shorter than max.poll.interval.ms "
-                f"({poll_interval_ms} ms): a revoke drains before the consumer polls again",
-            )
+        check_drain_timeout(options, self._config)
         self.topics = topic_list(topics)
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)  # noqa: B004
@@ -214,7 +203,9 @@ class KeySharedConsumer:
             )
             stack.callback(self._keystate.close)
             self._keystate.start()
-        runner = self._make_runner(scheduler)
+        runner = make_runner(options, self._handler, self._is_async, scheduler.call_later)
+        if isinstance(runner, PullQueue):
+            self._pull = runner
         stack.callback(runner.close)  # before the DLQ and key state: its last records use them
         self._dispatcher = Dispatcher(
             options, runner.count, runner.submit, on_draining=runner.on_draining
@@ -284,20 +275,6 @@ class KeySharedConsumer:
             self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.warning("closing the consumer failed: %s", exc)
-
-    def _make_runner(self, scheduler: Scheduler) -> Runner:
-        """Thread pool for plain handlers, one event loop for ``async def``, or the pull queue."""
-        options = self.options
-        if self._handler is None:
-            self._pull = PullQueue(options.workers, options.ack_timeout, scheduler.call_later)
-            return self._pull
-        if options.batch_size is not None:
-            batched = BatchAsyncRunner if self._is_async else BatchThreadWorkers
-            handler = cast(BatchHandler, self._handler)  # batch_size says it takes lists
-            return batched(options.workers, handler, options.batch_size, options.batch_linger)
-        if self._is_async:
-            return AsyncRunner(options.workers)
-        return ThreadWorkers(options.workers)
 
     # -- pull style ------------------------------------------------------------------------------
 
