@@ -1,4 +1,4 @@
-"""The scale model's measurement (keyshared/bench/scale.py, docs/scaling.md) at its smallest size.
+"""The scale model's measurement (keyshared/bench/scale/, docs/scaling.md) at its smallest size.
 
 It asserts that what the measurement reports is sane — every slot owned exactly once, one
 granted lease per range, a cursor per range and partition, counts that add up — never a time:
