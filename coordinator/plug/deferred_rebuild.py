@@ -22,8 +22,8 @@ from coordinator.plug.range_cursors import idle
 from keyshared.core.slots import SlotRange
 
 if TYPE_CHECKING:
-    from keyshared.kafka.dispatcher import Dispatcher
     from keyshared.kafka.partition import PartitionState
+    from keyshared.kafka.seams import DispatchControl
 
 __all__ = ["DeferredRebuild"]
 
@@ -38,7 +38,7 @@ class DeferredRebuild:
     :param member: the member's id, for the log.
     """
 
-    def __init__(self, dispatcher: Dispatcher, drain_timeout: float, member: str) -> None:
+    def __init__(self, dispatcher: DispatchControl, drain_timeout: float, member: str) -> None:
         self._dispatcher = dispatcher
         self._drain_timeout = drain_timeout
         self._member = member

@@ -27,8 +27,8 @@ from coordinator.errors import Fenced
 from keyshared.core.holding import Holding, Step
 
 if TYPE_CHECKING:
-    from keyshared.kafka.dispatcher import Dispatcher
     from keyshared.kafka.partition import PartitionState
+    from keyshared.kafka.seams import DispatchControl
 
 __all__ = ["HandBack", "gone"]
 
@@ -60,7 +60,7 @@ class HandBack:
     :param connected: whether ZooKeeper can be written now (not suspended, not lost).
     """
 
-    def __init__(self, dispatcher: Dispatcher, connected: Callable[[], bool]) -> None:
+    def __init__(self, dispatcher: DispatchControl, connected: Callable[[], bool]) -> None:
         self._dispatcher = dispatcher
         self._connected = connected
         self._entries: list[_Entry] = []

@@ -38,9 +38,9 @@ from keyshared.kafka.hotkeys_view import hot_keys_report
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.poll_loop import PollLoop
 from keyshared.kafka.pull import PullQueue
-from keyshared.kafka.runners import make_runner
+from keyshared.kafka.runners import Runner, make_runner
 from keyshared.kafka.scheduler import Scheduler
-from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox, Runner
+from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox
 from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
 from keyshared.kafka.tracing import handler_tracer
 from keyshared.kafka.transactions import transactional_store

@@ -20,7 +20,7 @@ from keyshared.core.redaction import REDACTION_INPUT_LIMIT, Redactor, shown_erro
 from keyshared.core.window import Entry
 from keyshared.kafka.deserializers import decoder
 from keyshared.kafka.dlq_headers import provenance_headers
-from keyshared.kafka.outputs import Output, stage_dead_letter
+from keyshared.kafka.outputs import Output, OutputMessage
 from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.kafka.settlement import LoopSettlement, SettlementBuffer, account
 from keyshared.record import Record
@@ -231,8 +231,13 @@ class RecordExecutor:
                 msg, self._group, entry.attempt, exc, reason, _bounded_traceback(exc),
                 entry.first_failure or time.time(), self._options.redact,
             )  # fmt: skip
+            # The dead letter is an output of its record, and the record goes on (finished,
+            # parked, blocked) at once: the letter is durable exactly when the record is
+            # committed, in the same transaction.
             topic = self._options.dlq_topic_for(state.topic)
-            stage_dead_letter(state, entry, topic, headers, then)
+            letter = OutputMessage(topic, msg.key(), msg.value(), headers, msg.partition())
+            state.outputs.stage(entry.offset, [letter])
+            then(state, entry)
             return
         self._dlq.send(
             entry.payload,

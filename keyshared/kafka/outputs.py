@@ -14,20 +14,15 @@ one owner, so a message is committed exactly when its record is:
    outputs ready; the transaction then carries both or neither.
 
 Records of one key finish in order, so a key's messages enter ``ready`` in its order.
-Dead letters take the same path (:func:`stage_dead_letter`): in exactly-once mode a dead
-letter is one more output of its record.
+Dead letters take the same path (``RecordExecutor`` stages them): in exactly-once mode a
+dead letter is one more output of its record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import NamedTuple
 
-if TYPE_CHECKING:
-    from keyshared.core.window import Entry
-    from keyshared.kafka.partition import PartitionState
-
-__all__ = ["Output", "OutputMessage", "PartitionOutputs", "stage_dead_letter"]
+__all__ = ["Output", "OutputMessage", "PartitionOutputs"]
 
 Headers = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
 
@@ -112,21 +107,3 @@ class PartitionOutputs:
     def give_back(self, kept: list[tuple[int, list[OutputMessage]]]) -> None:
         """Dispatcher lock: outputs the commit could not cover yet go first next time."""
         self.ready[:0] = kept
-
-
-def stage_dead_letter(
-    state: PartitionState,
-    entry: Entry[Any],
-    dlq_topic: str,
-    headers: list[tuple[str, str | bytes | None]],
-    then: Callable[[PartitionState, Entry[Any]], None],
-) -> None:
-    """Exactly-once mode: the dead letter is an output of its record, then the record goes on
-    (finished, parked, blocked) at once: the letter is durable exactly when the record is
-    committed, in the same transaction."""
-    msg = entry.payload
-    state.outputs.stage(
-        entry.offset,
-        [OutputMessage(dlq_topic, msg.key(), msg.value(), headers, msg.partition())],
-    )
-    then(state, entry)

@@ -7,17 +7,44 @@ handlers, or the pull queue when the application takes records itself (``handler
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from keyshared.kafka.batch_workers import BatchAsyncRunner, BatchThreadWorkers
 from keyshared.kafka.batches import BatchHandler
+from keyshared.kafka.execution import RecordExecutor
+from keyshared.kafka.partition import PartitionState
 from keyshared.kafka.pull import PullQueue
-from keyshared.kafka.seams import Runner
+from keyshared.kafka.seams import Work
 from keyshared.kafka.workers import AsyncRunner, ThreadWorkers
 from keyshared.record import Record
 from keyshared.settings import ConsumerOptions
 
-__all__ = ["make_runner"]
+__all__ = ["Runner", "make_runner"]
+
+
+class Runner(Protocol):
+    """Where handlers run. ``submit`` is called under the dispatcher's lock: it must not block.
+
+    The runner is built before the executor that runs records (the executor needs the
+    dispatcher, which needs ``submit``), so the executor arrives through :meth:`bind`.
+    """
+
+    @property
+    def count(self) -> int: ...
+
+    def bind(self, executor: RecordExecutor) -> None: ...
+
+    def submit(self, worker: int, works: list[Work]) -> None: ...
+
+    def depth(self, worker: int) -> int: ...
+
+    def on_draining(self, states: list[PartitionState]) -> None:
+        """Partitions stopped dispatching: drop what is queued for them and not started."""
+
+    def nudge(self) -> None:
+        """Periodic care from the poll thread (threads: take over queues of stuck ones)."""
+
+    def close(self) -> None: ...
 
 
 def make_runner(

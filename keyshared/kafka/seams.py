@@ -3,16 +3,18 @@
 Partition mode fills each with the Kafka group's own parts; the ZooKeeper coordinator plugs
 its own in without the poll loop knowing which it talks to:
 
-======================  =====================================  ===============================
-seam                    partition mode (today)                 with the coordinator
-======================  =====================================  ===============================
-:class:`Membership`     the Kafka group's rebalance callbacks  ZooKeeper members and ranges
-:class:`Ownership`      the static key filters                 "is this key's slot mine?"
-:class:`CursorStore`    Kafka offset commits                   commits fenced by a lease
-:class:`Runner`         thread pool / asyncio loop / pull      (unchanged)
-:class:`PollInbox`      (unused)                               kazoo's thread asks the poll
-                                                               thread to pause, drain, commit
-======================  =====================================  ===============================
+========================  =====================================  =============================
+seam                      partition mode (today)                 with the coordinator
+========================  =====================================  =============================
+:class:`Membership`       the Kafka group's rebalance callbacks  ZooKeeper members and ranges
+:class:`Ownership`        the static key filters                 "is this key's slot mine?"
+:class:`CursorStore`      Kafka offset commits                   commits fenced by a lease
+:class:`DispatchControl`  (unused)                               hold, drain and fence dispatch
+:class:`PollInbox`        (unused)                               kazoo's thread asks the poll
+                                                                 thread to pause, drain, commit
+========================  =====================================  =============================
+
+Where handlers run (threads, asyncio, batch pools, pull) is :mod:`keyshared.kafka.runners`.
 
 Each protocol says which thread calls it. The poll thread is the only one that touches the
 Kafka consumer, so everything that another thread wants done with it goes through the inbox.
@@ -32,8 +34,6 @@ from keyshared.core.health import Role
 
 if TYPE_CHECKING:
     from keyshared.kafka.commits import Committer
-    from keyshared.kafka.dispatcher import Dispatcher
-    from keyshared.kafka.execution import RecordExecutor
     from keyshared.kafka.partition import PartitionState
     from keyshared.metrics import ConsumerMetrics
     from keyshared.settings import ConsumerOptions
@@ -42,6 +42,7 @@ __all__ = [
     "Accepts",
     "Coordination",
     "CursorStore",
+    "DispatchControl",
     "KeyFilterOwnership",
     "Membership",
     "MembershipEvents",
@@ -49,7 +50,7 @@ __all__ = [
     "Plug",
     "PlugContext",
     "PollInbox",
-    "Runner",
+    "Work",
 ]
 
 log = logging.getLogger(__name__)
@@ -58,29 +59,27 @@ Accepts = Callable[[bytes | None, int], bool]  # (raw key, offset) -> run it her
 Work = tuple["PartitionState", Any]
 
 
-class Runner(Protocol):
-    """Where handlers run. ``submit`` is called under the dispatcher's lock: it must not block.
+class DispatchControl(Protocol):
+    """What a coordinator may do with the dispatcher (the only code that touches windows):
+    hold or release dispatch, stop partitions, wait for their drain, fence it by liveness.
+    ``lock`` is the dispatcher's: a coordinator reads window state only under it."""
 
-    The runner is built before the executor that runs records (the executor needs the
-    dispatcher, which needs ``submit``), so the executor arrives through :meth:`bind`.
-    """
+    lock: threading.Lock
 
-    @property
-    def count(self) -> int: ...
+    def pause_dispatch(self) -> None: ...
 
-    def bind(self, executor: RecordExecutor) -> None: ...
+    def resume_dispatch(self) -> None: ...
 
-    def submit(self, worker: int, works: list[Work]) -> None: ...
+    def set_liveness(self, live: Callable[[], bool]) -> None: ...
 
-    def depth(self, worker: int) -> int: ...
+    def stop_dispatching(self, states: list[PartitionState]) -> None: ...
 
-    def on_draining(self, states: list[PartitionState]) -> None:
-        """Partitions stopped dispatching: drop what is queued for them and not started."""
-
-    def nudge(self) -> None:
-        """Periodic care from the poll thread (threads: take over queues of stuck ones)."""
-
-    def close(self) -> None: ...
+    def wait_drained(
+        self,
+        states: list[PartitionState],
+        timeout: float,
+        tick: Callable[[], None] | None = None,
+    ) -> bool: ...
 
 
 class Ownership(Protocol):
@@ -208,7 +207,7 @@ class PlugContext:
     member_id: str
     topics: list[str]
     options: ConsumerOptions
-    dispatcher: Dispatcher
+    dispatcher: DispatchControl
     inbox: PollInbox
     metrics: ConsumerMetrics
     request_stop: Callable[[], None]  # ends the run (e.g. after a fatal coordinator error)
