@@ -31,6 +31,7 @@ from coordinator.session import (
     group_acl,
 )
 from coordinator.status import GroupStatus, read_status
+from keyshared.core.modes import Mode
 from keyshared.core.slots import SlotRange
 from keyshared.errors import ConfigurationError
 from keyshared.kafka.seams import Plug, PlugContext
@@ -178,10 +179,10 @@ class ZooKeeperCoordinator:
             )
         self.start()
         try:
-            if mode == "key_shared":
+            if mode is Mode.KEY_SHARED:
                 member = KeySharedMember(self, context)
                 return Plug(membership=member, ownership=member, cursor_store=member)
-            if mode == "partition":
+            if mode is Mode.PARTITION:
                 leases = PartitionLeaseMember(self, context)
                 return Plug(membership=leases, cursor_store=leases.commits)
             exclusive = ExclusiveMember(self, context)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from keyshared.core.modes import MODES
+from keyshared.core.modes import MODES, Mode
 from keyshared.core.poison import PoisonPolicy, RetryPolicy, validate_policy_for_mode
 from keyshared.core.redaction import Redactor
 from keyshared.errors import ConfigurationError
@@ -104,7 +104,7 @@ class ConsumerOptions:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     startup_timeout: float = 30.0
-    mode: str = "partition"
+    mode: Mode | str = Mode.PARTITION
     ack_timeout: float = 300.0
     stuck_after: float = 60.0
     wedged_after: float | None = None
@@ -157,11 +157,12 @@ class ConsumerOptions:
             raise ConfigurationError(
                 "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}"
             )
+        object.__setattr__(self, "mode", Mode(self.mode))  # frozen: set once, validated
         if self.transactional_id is not None:
             if not isinstance(self.transactional_id, str) or not self.transactional_id:
                 raise ConfigurationError("transactional_id", "must be a non-empty string")
             object.__setattr__(self, "exactly_once", True)
-        if self.exactly_once and self.mode == "key_shared":
+        if self.exactly_once and self.mode is Mode.KEY_SHARED:
             raise ConfigurationError(
                 "exactly_once",
                 "is not available in key_shared mode: its cursors live in ZooKeeper, which "
@@ -170,7 +171,7 @@ class ConsumerOptions:
             )
         default = (
             PoisonPolicy.BLOCK_AND_DEAD_LETTER
-            if self.mode == "exclusive"
+            if self.mode is Mode.EXCLUSIVE
             else (PoisonPolicy.DEAD_LETTER)
         )
         object.__setattr__(self, "poison", self._policy("poison", self.poison or default))

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from keyshared.cli.options import zookeeper_auth
-from keyshared.core.modes import MODES
+from keyshared.core.modes import MODES, Mode
 from keyshared.core.poison import PoisonPolicy, RetryPolicy
 from keyshared.errors import KeySharedError
 from keyshared.settings import ConsumerOptions
@@ -82,7 +82,7 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--mode",
     type=click.Choice(MODES),
-    default=_DEFAULTS.mode,
+    default=Mode(_DEFAULTS.mode).value,
     help="Assignment mode (key_shared needs --zookeeper).",
 )
 @click.option(

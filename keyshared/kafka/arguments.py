@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from keyshared.core.modes import Mode
 from keyshared.errors import ConfigurationError
 from keyshared.settings import ConsumerOptions
 
@@ -14,7 +15,7 @@ __all__ = ["check_arguments", "check_drain_timeout", "resolve_options", "topic_l
 
 def check_arguments(options: ConsumerOptions, coordinator: Any, handler: Any) -> None:
     """The combinations of mode, coordinator and handler style that cannot work."""
-    if options.mode == "key_shared" and coordinator is None:
+    if options.mode is Mode.KEY_SHARED and coordinator is None:
         raise ConfigurationError(
             "coordinator",
             "key_shared mode needs a coordinator: pass "

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from keyshared.core.modes import Mode
 from keyshared.core.ring import WorkerRing
 from keyshared.core.split_keys import SplitKeyDetector
 from keyshared.core.window import Entry, InFlightWindow
@@ -57,7 +58,7 @@ class Dispatcher:
         self._options = options
         self._ring = WorkerRing(range(workers))
         self._ownership = ownership or KeyFilterOwnership(options.key_filters)
-        self._serial = options.mode == "exclusive"  # one ordered lane per partition
+        self._serial = options.mode is Mode.EXCLUSIVE  # one ordered lane per partition
         self._submit = submit
         self._held: list[tuple[int, list[Work]]] | None = None  # while dispatch is paused
         self._live: Callable[[], bool] | None = None  # a coordinator's "may I still run?"
