@@ -37,6 +37,7 @@ from coordinator.members import MemberInfo
 from coordinator.plug.deferred_rebuild import DeferredRebuild
 from coordinator.plug.handback import HandBack
 from coordinator.plug.held_ranges import HeldRanges
+from coordinator.plug.key_shared_stragglers import FencedKeys
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
     Decoded,
@@ -84,6 +85,7 @@ class KeySharedMember:
         self._group = context.group
         self._me = context.member_id
         self._dispatcher = context.dispatcher
+        self._dispatcher.use_hold(FencedKeys())  # a key waits for its own fenced calls only
         self._filter = KeyFilter(self._options.key_filters)
         self._ordered_nulls = self._options.null_keys_ordered
         self._leases = zk.range_leases(self._group, self._me)
@@ -377,19 +379,14 @@ class KeySharedMember:
         self._held.clear()
         self._deferred.clear()
         self._claims = {}
-        old_states = [events.states[tp] for tp in self._assigned if tp in events.states]
+        # Handlers of the fenced work may still run: the dispatcher's hold (FencedKeys) keeps
+        # their keys, and only theirs, from starting here again until they end.
         if self._assigned:
             events.lost(list(self._assigned))
         self._assigned = []
         self._states = []
         with contextlib.suppress(KafkaException):
             self._consumer.assign([])
-        # Handlers of the fenced work may still run: wait for them (bounded) before this member
-        # takes any work again, so that it never runs two records of one key at once itself.
-        if old_states and not self._dispatcher.wait_drained(
-            old_states, self._options.drain_timeout
-        ):
-            log.warning("fenced handlers still running after %ss", self._options.drain_timeout)
 
     def _rejoin(self) -> None:
         """A new session after an expiry: join again and take up the assignment in force."""
