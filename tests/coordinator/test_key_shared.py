@@ -199,7 +199,14 @@ def test_a_member_whose_session_expires_is_fenced_and_the_new_owner_keeps_order(
     total = sum(seq.counts.values())
     finished = lambda: {(e.key, e.seq) for j in (a_journal, b_journal) for e in j.snapshot()  # noqa: E731
                         if e.kind == "E"}  # fmt: skip
-    wait_until(lambda: len(finished() - {(stuck, 3)}) >= total - 1, "the others", WAIT_S * 3)
+    # Every other key runs meanwhile. The stuck key may not: if A takes its range back, its
+    # records wait for the zombie's call, which still runs in A (issue 24, defect 5).
+    others = total - seq.counts[stuck]
+    wait_until(
+        lambda: len({done for done in finished() if done[0] != stuck}) >= others,
+        "the other keys",
+        WAIT_S * 3,
+    )
     release.set()  # the zombie's handler returns now: its result must be dropped
     wait_until(lambda: len(finished()) >= total, "every record", WAIT_S * 2)
 
