@@ -19,7 +19,7 @@ from keyshared.core.split_keys import SplitKeyDetector
 from keyshared.core.window import Entry, InFlightWindow
 from keyshared.kafka.dispatch_gate import DispatchGate
 from keyshared.kafka.partition import Blocked, PartitionState, Phase
-from keyshared.kafka.seams import KeyFilterOwnership, Ownership
+from keyshared.kafka.seams import Accepts, KeyFilterOwnership, Ownership
 from keyshared.settings import ConsumerOptions
 
 __all__ = ["Dispatcher", "Work"]
@@ -74,6 +74,10 @@ class Dispatcher(DispatchGate):
     def use_ownership(self, ownership: Ownership) -> None:
         """Decide ownership with ``ownership`` from now on (wired before the first record)."""
         self._ownership = ownership
+
+    def admission(self, state: PartitionState) -> Accepts | None:
+        """Which records of ``state`` this member runs (None: all), as admission decides."""
+        return self._ownership.admission(state)
 
     # -- poll thread -------------------------------------------------------------------------
 
