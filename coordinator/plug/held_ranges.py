@@ -211,6 +211,14 @@ class HeldRanges:
         fenced, self._fenced = self._fenced, []
         return fenced
 
+    def fenced_again(self, slots: SlotRange) -> None:
+        """Queueing for ``slots`` again failed: hand it out again at the next take."""
+        if slots not in self._fenced:
+            self._fenced.append(slots)
+
+    def fenced_waiting(self) -> bool:
+        return bool(self._fenced)
+
     def clear(self) -> None:
         """The session expired: every lease went with it."""
         self._fenced.clear()  # the new session's plan is taken up afresh

@@ -145,6 +145,8 @@ class KeySharedMember:
         if (due or self._deferred.ready()) and not self._gate.lost:
             self._rebuild(drop=[])
         self._held.hand_back.tick()
+        if self._held.fenced_waiting() and not self._deferred.waiting:
+            self._queue_again()
         if self._topics.changed() and not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # partitions added, or the topic recreated: read them all
 
@@ -307,12 +309,17 @@ class KeySharedMember:
     def _queue_again(self) -> None:
         """Queue for the ranges the plan in force gives this member that it neither holds nor
         waits for: their lease was found gone (fenced) outside a session loss. Waiting for the
-        next plan instead left them read by nobody until some member came or went."""
+        next plan instead left them read by nobody until some member came or went. A queueing
+        that fails (ZooKeeper away) is retried from ``tick``."""
         for slots in self._held.take_fenced():
             wanted = slots in self._desired and not (self._gate.lost or self._closing)
             if wanted and slots not in self._held and slots not in self._queue:
                 log.info("range %s: its lease was found gone; queueing for it again", slots)
-                self._queue.queue(slots, self._generation)
+                try:
+                    self._queue.queue(slots, self._generation)
+                except Exception as exc:
+                    log.warning("range %s: queueing failed (%r); retrying", slots, exc)
+                    self._held.fenced_again(slots)
 
     def _assign_now(self) -> None:
         events = self._events
