@@ -15,6 +15,7 @@ from coordinator.errors import (
     CoordinatorUnreachable,
     Fenced,
     LeaseTimeout,
+    MemberIdInUse,
     NotLeader,
     PinConflict,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "Lease",
     "LeaseInfo",
     "LeaseTimeout",
+    "MemberIdInUse",
     "MemberInfo",
     "MembersWatch",
     "Membership",

@@ -122,9 +122,13 @@ class ZooKeeperCoordinator:
         return watcher
 
     def join(self, group: str, info: MemberInfo) -> Membership:
-        """Register this member (ephemeral znode) and return its handle."""
+        """Register this member (ephemeral znode) and return its handle.
+
+        :raises MemberIdInUse: another live process has the id (after one session timeout:
+            a restarted process's predecessor may still be expiring).
+        """
         membership = Membership(self.client, self.layout(group), info)
-        membership.join()
+        membership.join(wait=self.session_timeout)
         return membership
 
     def leader(

@@ -15,6 +15,7 @@ __all__ = [
     "CoordinatorUnreachable",
     "Fenced",
     "LeaseTimeout",
+    "MemberIdInUse",
     "NotLeader",
     "PinConflict",
 ]
@@ -81,3 +82,22 @@ class NotLeader(CoordinatorError):
 
 class PinConflict(CoordinatorError, ValueError):
     """An operator pin overlaps another pin of the group; pins must be disjoint."""
+
+
+class MemberIdInUse(CoordinatorError):
+    """Another live process of the group has this member id (two processes started with the
+    same ``client.id``): it would take this member's ranges or partition leases for its own.
+
+    :param member_id: the id in use.
+    :param group: the consumer group.
+    :param holder: what the other process says about itself (host and pid), if readable.
+    """
+
+    def __init__(self, member_id: str, group: str, holder: str, waited: float) -> None:
+        super().__init__(
+            f"member id {member_id!r} is already in use in group {group!r} by another live "
+            f"process ({holder}; still there after {waited:g} s, one session timeout): give "
+            "every process its own client.id"
+        )
+        self.member_id = member_id
+        self.group = group

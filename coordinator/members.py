@@ -13,6 +13,8 @@ import json
 import logging
 import os
 import socket
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,6 +22,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from coordinator._worker import Refresher
+from coordinator.errors import MemberIdInUse
 from coordinator.layout import GroupLayout, decode_name
 
 __all__ = ["MemberInfo", "MembersWatch", "Membership", "read_members"]
@@ -98,18 +101,32 @@ class Membership:
         self.info = info
         self.path = layout.member(info.member_id)
 
-    def join(self) -> None:
+    def join(self, wait: float = 0.0) -> None:
         """Create the member znode; idempotent for this session (call again after a
         ``RENEWED`` session, whose predecessor's ephemeral znodes are gone).
 
-        :raises NodeExistsError: when another live session already uses this member id.
+        :param wait: how long a znode of another session may take to go (a process restarted
+            with the same id before its predecessor's session expired): one session timeout.
+        :raises MemberIdInUse: when another live session still uses this member id.
         """
-        try:
-            self._client.create(self.path, self.info.to_json(), ephemeral=True)
-        except NodeExistsError:
-            _, stat = self._client.get(self.path)
-            if stat.ephemeralOwner != self._client.client_id[0]:
-                raise
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                self._client.create(self.path, self.info.to_json(), ephemeral=True)
+                break
+            except NodeExistsError:
+                gone = threading.Event()
+                try:
+                    data, stat = self._client.get(self.path, watch=lambda _e, g=gone: g.set())
+                except NoNodeError:
+                    continue  # gone meanwhile: try again
+                if stat.ephemeralOwner == self._client.client_id[0]:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not gone.wait(remaining):
+                    raise MemberIdInUse(
+                        self.info.member_id, self._layout.group, _holder(data), wait
+                    ) from None
         log.info("joined group %s as %s", self._layout.group, self.info.member_id)
 
     def leave(self) -> None:
@@ -117,6 +134,15 @@ class Membership:
         with contextlib.suppress(NoNodeError):
             self._client.delete(self.path)
         log.info("left group %s as %s", self._layout.group, self.info.member_id)
+
+
+def _holder(data: bytes) -> str:
+    """Host and pid of a member znode's owner, for an error message."""
+    try:
+        info = MemberInfo.from_json(data)
+    except (ValueError, KeyError, TypeError):
+        return "unknown host and pid"
+    return f"host {info.host}, pid {info.pid}"
 
 
 def read_members(client: KazooClient, layout: GroupLayout) -> dict[str, MemberInfo]:

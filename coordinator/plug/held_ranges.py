@@ -63,6 +63,7 @@ class HeldRanges:
         self.leases: dict[SlotRange, Lease] = {}
         self._writers: dict[SlotRange, CursorWriter] = {}
         self._written: dict[tuple[SlotRange, TP], tuple[list[Piece], Incarnation | None]] = {}
+        self._fenced: list[SlotRange] = []  # forgotten since take_fenced(), the session alive
 
     def __contains__(self, slots: object) -> bool:
         return slots in self.leases
@@ -202,9 +203,25 @@ class HeldRanges:
         self._on_fenced()
         self.leases.pop(slots, None)
         self._writers.pop(slots, None)
+        if slots not in self._fenced:
+            self._fenced.append(slots)
+
+    def take_fenced(self) -> list[SlotRange]:
+        """The ranges forgotten as fenced since the last call (to be queued for again)."""
+        fenced, self._fenced = self._fenced, []
+        return fenced
+
+    def fenced_again(self, slots: SlotRange) -> None:
+        """Queueing for ``slots`` again failed: hand it out again at the next take."""
+        if slots not in self._fenced:
+            self._fenced.append(slots)
+
+    def fenced_waiting(self) -> bool:
+        return bool(self._fenced)
 
     def clear(self) -> None:
         """The session expired: every lease went with it."""
+        self._fenced.clear()  # the new session's plan is taken up afresh
         self.leases.clear()
         self._writers.clear()
         self._written.clear()

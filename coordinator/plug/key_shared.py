@@ -30,19 +30,16 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from coordinator.assignment import AssignmentChange
-from coordinator.cursors import read_cursors
-from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease
 from coordinator.members import MemberInfo
+from coordinator.plug.claims_reader import ClaimsReader
 from coordinator.plug.deferred_rebuild import DeferredRebuild
 from coordinator.plug.handback import HandBack
 from coordinator.plug.held_ranges import HeldRanges
+from coordinator.plug.key_shared_stragglers import FencedKeys
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
-    Decoded,
-    describe_claims,
     partitions_of,
-    stored_cursors,
     token_lookup,
 )
 from coordinator.plug.session_gate import SessionGate
@@ -60,7 +57,6 @@ if TYPE_CHECKING:
 __all__ = ["KeySharedMember"]
 
 log = logging.getLogger(__name__)
-trace = logging.getLogger("keyshared.trace")  # cursor diagnostics, off unless set to DEBUG
 
 TP = tuple[str, int]
 _CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per cursor
@@ -84,6 +80,7 @@ class KeySharedMember:
         self._group = context.group
         self._me = context.member_id
         self._dispatcher = context.dispatcher
+        self._dispatcher.use_hold(FencedKeys())  # a key waits for its own fenced calls only
         self._filter = KeyFilter(self._options.key_filters)
         self._ordered_nulls = self._options.null_keys_ordered
         self._leases = zk.range_leases(self._group, self._me)
@@ -105,13 +102,12 @@ class KeySharedMember:
         self._assign_retry_at: float | None = None
         self._regain_at: float | None = None  # granted ranges wait until then to be read
         self._deferred = DeferredRebuild(self._dispatcher, self._options.drain_timeout, self._me)
-        self._decoded: Decoded = {}  # the last read's decoded cursors (see stored_cursors)
         self._flushed = True  # did every cursor write since the last drain go through?
         self._queue = LeaseQueue(
             self._leases, context.inbox, self._gate.metrics, self._granted, self._give_back
         )
         self._topics = TopicWatch.of(zk.client, zk.layout(self._group), context)
-        self._stamps: dict[TP, Incarnation] = {}  # the incarnations the claims were read in
+        self._reader = ClaimsReader(zk, self._group, self._topics, context.kafka_config, self._me)
         self._leader: Any = None
         self._watch: Any = None
         self._membership: Any = None
@@ -149,6 +145,8 @@ class KeySharedMember:
         if (due or self._deferred.ready()) and not self._gate.lost:
             self._rebuild(drop=[])
         self._held.hand_back.tick()
+        if self._held.fenced_waiting() and not self._deferred.waiting:
+            self._queue_again()
         if self._topics.changed() and not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # partitions added, or the topic recreated: read them all
 
@@ -227,7 +225,7 @@ class KeySharedMember:
                 if s.window is not None
             ]
         suspended = self._gate.suspended
-        ok, fenced = self._held.write(progress, self._claims, force, suspended, self._stamps)
+        ok, fenced = self._held.write(progress, self._claims, force, suspended, self._reader.stamps)
         if fenced:
             # Someone else may hold those ranges now; what else is held is re-read from its
             # cursors once the current step (perhaps a drain) is over.
@@ -306,6 +304,22 @@ class KeySharedMember:
             self._claims = {}
         else:
             self._assign_retry_at = None
+            self._queue_again()
+
+    def _queue_again(self) -> None:
+        """Queue for the ranges the plan in force gives this member that it neither holds nor
+        waits for: their lease was found gone (fenced) outside a session loss. Waiting for the
+        next plan instead left them read by nobody until some member came or went. A queueing
+        that fails (ZooKeeper away) is retried from ``tick``."""
+        for slots in self._held.take_fenced():
+            wanted = slots in self._desired and not (self._gate.lost or self._closing)
+            if wanted and slots not in self._held and slots not in self._queue:
+                log.info("range %s: its lease was found gone; queueing for it again", slots)
+                try:
+                    self._queue.queue(slots, self._generation)
+                except Exception as exc:
+                    log.warning("range %s: queueing failed (%r); retrying", slots, exc)
+                    self._held.fenced_again(slots)
 
     def _assign_now(self) -> None:
         events = self._events
@@ -318,7 +332,7 @@ class KeySharedMember:
         held = self._held.tokens()
         self._claims = {}
         if held:
-            self._claims = self._read_claims(held)
+            self._claims = self._reader.read(self._consumer, held)
         targets = [
             TopicPartition(t, p, claims.start)
             for (t, p), claims in sorted(self._claims.items())
@@ -344,25 +358,6 @@ class KeySharedMember:
             ", ".join(f"{t.topic}[{t.partition}]@{t.offset}" for t in targets) or "nothing",
         )
 
-    def _read_claims(self, held: list[tuple[SlotRange, int]]) -> dict[TP, PartitionClaims]:
-        # Kafka's offsets and the topics' records first: cursors of another topic incarnation
-        # (recreated topic, offsets reset while stopped) count for nothing.
-        committed = self._topics.read(self._consumer)
-        self._stamps = self._topics.incarnations()
-        valid, _ = self._topics.split(read_cursors(self._zk.client, self._zk.layout(self._group)))
-        decoded: Decoded = {}
-        stored = stored_cursors(valid, self._decoded, decoded)
-        self._decoded = decoded
-        reset = str(self._ctx.kafka_config.get("auto.offset.reset", "earliest"))
-        bases = self._topics.bases(self._consumer, committed, reset)
-        claims = {
-            tp: PartitionClaims.resolve(held, stored.get(tp, []), base)
-            for tp, base in bases.items()
-        }
-        if trace.isEnabledFor(logging.DEBUG):
-            trace.debug("%s read %s", self._me, describe_claims(claims))
-        return claims
-
     # -- losing ranges without a drain --------------------------------------------------------
 
     def _restart_after_fence(self) -> None:
@@ -377,19 +372,14 @@ class KeySharedMember:
         self._held.clear()
         self._deferred.clear()
         self._claims = {}
-        old_states = [events.states[tp] for tp in self._assigned if tp in events.states]
+        # Handlers of the fenced work may still run: the dispatcher's hold (FencedKeys) keeps
+        # their keys, and only theirs, from starting here again until they end.
         if self._assigned:
             events.lost(list(self._assigned))
         self._assigned = []
         self._states = []
         with contextlib.suppress(KafkaException):
             self._consumer.assign([])
-        # Handlers of the fenced work may still run: wait for them (bounded) before this member
-        # takes any work again, so that it never runs two records of one key at once itself.
-        if old_states and not self._dispatcher.wait_drained(
-            old_states, self._options.drain_timeout
-        ):
-            log.warning("fenced handlers still running after %ss", self._options.drain_timeout)
 
     def _rejoin(self) -> None:
         """A new session after an expiry: join again and take up the assignment in force."""

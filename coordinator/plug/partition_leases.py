@@ -39,7 +39,9 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
 from kazoo.exceptions import KazooException
 
+from coordinator.errors import MemberIdInUse
 from coordinator.leases import Lease, PendingLease
+from coordinator.members import MemberInfo, Membership
 from coordinator.plug.handback import HandBack, gone
 from coordinator.plug.lease_queue import wait_in_background
 from coordinator.plug.leased_commits import LeasedCommits
@@ -100,11 +102,15 @@ class PartitionLeaseMember:
             self._held,
             lambda tp, lease: context.inbox.post(_call(self._leasegone, tp, lease)),
         )
+        self._info = MemberInfo(context.member_id, mode="partition", topics=tuple(context.topics))
+        self._membership: Membership | None = None
         self._closing = False
 
     # -- Membership ------------------------------------------------------------------------------
 
     def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
+        # Own leases never block a member: a second live process with this id is refused here.
+        self._membership = self._zk.join(self._ctx.group, self._info)
         self._consumer, self._events = consumer, events
         self.commits.bind(
             self._ctx.kafka_committer
@@ -154,6 +160,9 @@ class PartitionLeaseMember:
         self._held.clear()
         self._ready.clear()
         self._gate.stop()
+        with contextlib.suppress(Exception):
+            if self._membership is not None:
+                self._membership.leave()
         self._hand_back.leave(self._zk.close)
 
     # -- the group's rebalance callbacks (poll thread, inside consume) ----------------------------
@@ -343,10 +352,18 @@ class PartitionLeaseMember:
         self._unqueued |= self._assigned
 
     def _rejoin(self) -> None:
-        """A new session: queue again for every partition the group still assigns here."""
-        if not self._closing:
-            for tp in sorted(self._unqueued):
-                self._queue_for(tp)
+        """A new session: join again (stop if another process took the id meanwhile), and
+        queue for every partition the group still assigns here."""
+        if self._closing:
+            return
+        try:
+            self._membership = self._zk.join(self._ctx.group, self._info)
+        except MemberIdInUse:
+            log.exception("rejoining after a lost session failed; stopping")
+            self._ctx.request_stop()
+            return
+        for tp in sorted(self._unqueued):
+            self._queue_for(tp)
 
     def _pause(self, tps: Iterable[TP]) -> None:
         parts = [TopicPartition(t, p) for t, p in tps]

@@ -20,6 +20,13 @@
 A member that keeps running handlers past its session's expiry (started before the stall) is
 the one overlap this cannot prevent; it is why every record carries a fencing token (see
 ``docs/coordinator.md``).
+
+Three threads share the flags: the session watcher flags a loss and pauses dispatch, the
+prober reopens dispatch after a stall, the poll thread applies every event. The flags are one
+immutable value swapped under a lock, and each check-then-act (flag and pause; check and
+reopen) is one step under that lock: a prober that had seen the flags clear could otherwise
+reopen dispatch just after the watcher flagged the session lost (issue 24). ``live()`` is read
+by the dispatcher under its own lock, so it takes no lock (one float read).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from kazoo.client import KazooState
 
@@ -47,6 +54,11 @@ log = logging.getLogger(__name__)
 
 _ALIVE_FRACTION = 0.5  # a round trip proves the session for this share of its timeout
 _PROBE_FRACTION = 0.2  # probe this often (of the timeout): a stall of ~0.3 timeouts pauses
+
+
+class _Flags(NamedTuple):
+    suspended: bool = False
+    lost: bool = False
 
 
 class SessionGate:
@@ -70,8 +82,8 @@ class SessionGate:
         self._on_lost = on_lost
         self._on_renewed = on_renewed
         self.metrics = CoordinatorMetrics(context.group, context.member_id)
-        self.suspended = False
-        self.lost = False
+        self._lock = threading.Lock()  # order: this lock, then the dispatcher's
+        self._flags = _Flags()
         self._watcher: SessionWatcher | None = None
         timeout = zk.session_timeout
         self._alive_for = timeout * _ALIVE_FRACTION
@@ -90,9 +102,18 @@ class SessionGate:
         )
         self._prober.start()
 
+    @property
+    def suspended(self) -> bool:
+        return self._flags.suspended
+
+    @property
+    def lost(self) -> bool:
+        return self._flags.lost
+
     def connected(self) -> bool:
         """Whether ZooKeeper can be written for this session now (not suspended, not lost)."""
-        return not (self.suspended or self.lost)
+        flags = self._flags
+        return not (flags.suspended or flags.lost)
 
     def await_connection(self) -> bool:
         """Wait, at most one session timeout, for a dropped connection to come back; True if
@@ -120,7 +141,8 @@ class SessionGate:
         if self.lost or client.state != KazooState.CONNECTED:
             return False
         log.info("ZooKeeper connection back within the session: committing")
-        self.suspended = False  # the RESUMED event follows through the inbox
+        with self._lock:
+            self._flags = self._flags._replace(suspended=False)  # RESUMED follows via the inbox
         return True
 
     def live(self) -> bool:
@@ -138,11 +160,12 @@ class SessionGate:
                 client.exists("/")
             except Exception:
                 continue  # no proof this time; the session events say what happened
-            was_live = sent < self._alive_until
-            self._alive_until = sent + self._alive_for
-            if not was_live and not (self.suspended or self.lost):
-                log.info("ZooKeeper answers again: dispatch resumed")
-                self._ctx.dispatcher.resume_dispatch()
+            with self._lock:  # check and reopen in one step against the watcher's pause
+                was_live = sent < self._alive_until
+                self._alive_until = sent + self._alive_for
+                if not was_live and not (self.suspended or self.lost):
+                    log.info("ZooKeeper answers again: dispatch resumed")
+                    self._ctx.dispatcher.resume_dispatch()
 
     def _on_event(self, event: SessionEvent) -> None:
         """On the session watcher's thread: act at once where it must, post the rest."""
@@ -150,30 +173,40 @@ class SessionGate:
         if state in (SessionState.SUSPENDED, SessionState.LOST):
             # Flag first, on this thread: the liveness prober must not reopen dispatch before
             # the poll thread has handled the event.
-            self.suspended = self.suspended or state is SessionState.SUSPENDED
-            self.lost = self.lost or state is SessionState.LOST
-            self._ctx.dispatcher.pause_dispatch()
+            with self._lock:
+                flags = self._flags
+                self._flags = _Flags(
+                    flags.suspended or state is SessionState.SUSPENDED,
+                    flags.lost or state is SessionState.LOST,
+                )
+                self._ctx.dispatcher.pause_dispatch()
         self._ctx.inbox.post(lambda: self._apply(state))
 
     def _apply(self, state: SessionState) -> None:
         if state is SessionState.SUSPENDED:
-            self.suspended = True
+            with self._lock:
+                self._flags = self._flags._replace(suspended=True)
             self.metrics.session("suspended")
             log.warning("ZooKeeper connection lost: dispatch paused until it is back")
         elif state is SessionState.RESUMED:
-            self.suspended = False
+            with self._lock:
+                self._flags = self._flags._replace(suspended=False)
+                if self._flags.lost:
+                    return  # a LOST flagged meanwhile is next in the inbox: it fences first
+                self._ctx.dispatcher.resume_dispatch()
             self.metrics.session("connected")
-            self._ctx.dispatcher.resume_dispatch()
             log.info("ZooKeeper connection back within the session: dispatch resumed")
         elif state is SessionState.LOST:
-            self.lost, self.suspended = True, False
+            with self._lock:
+                self._flags = _Flags(suspended=False, lost=True)
             self.metrics.session("lost")
             self.metrics.fenced()
             log.error("ZooKeeper session expired: fencing, in-flight results are discarded")
             self._on_lost()
             self._ctx.dispatcher.resume_dispatch()  # what was held belonged to the dropped work
         elif state is SessionState.RENEWED:
-            self.lost, self.suspended = False, False
+            with self._lock:
+                self._flags = _Flags()
             self.metrics.session("connected")
             log.info("new ZooKeeper session: rejoining")
             self._ctx.dispatcher.resume_dispatch()
@@ -182,9 +215,10 @@ class SessionGate:
     def role(self, joined: bool) -> Role:
         """The member's role as the session allows it: fenced or suspended first, else
         ``MEMBER`` once ``joined`` (any mode's idea of it) and ``JOINING`` before."""
-        if self.lost:
+        flags = self._flags
+        if flags.lost:
             return Role.FENCED
-        if self.suspended:
+        if flags.suspended:
             return Role.SUSPENDED
         return Role.MEMBER if joined else Role.JOINING
 

@@ -18,8 +18,9 @@ from keyshared.core.modes import Mode
 from keyshared.core.ring import WorkerRing
 from keyshared.core.split_keys import SplitKeyDetector
 from keyshared.core.window import Entry, InFlightWindow
+from keyshared.kafka.dispatch_gate import DispatchGate
 from keyshared.kafka.partition import Blocked, PartitionState, Phase
-from keyshared.kafka.seams import KeyFilterOwnership, Ownership
+from keyshared.kafka.seams import Accepts, KeyFilterOwnership, Ownership
 from keyshared.settings import ConsumerOptions
 
 __all__ = ["Dispatcher", "Work"]
@@ -36,7 +37,7 @@ _WORKER_CACHE_SIZE = 1 << 16
 _DRAIN_TICK = 0.005  # seconds between the poll loop's care while a drain waits
 
 
-class Dispatcher:
+class Dispatcher(DispatchGate):
     """Admission, dispatch, completion, release and drain of every assigned partition.
 
     :param options: the consumer's options (window sizes, filters, null-key ordering, mode).
@@ -59,9 +60,8 @@ class Dispatcher:
         self._ring = WorkerRing(range(workers))
         self._ownership = ownership or KeyFilterOwnership(options.key_filters)
         self._serial = options.mode is Mode.EXCLUSIVE  # one ordered lane per partition
+        super().__init__()  # the pause, the liveness check and the hold (dispatch_gate.py)
         self._submit = submit
-        self._held: list[tuple[int, list[Work]]] | None = None  # while dispatch is paused
-        self._live: Callable[[], bool] | None = None  # a coordinator's "may I still run?"
         self._on_draining = on_draining
         self._round_robin = itertools.cycle(range(workers))
         self._workers = workers
@@ -75,6 +75,10 @@ class Dispatcher:
     def use_ownership(self, ownership: Ownership) -> None:
         """Decide ownership with ``ownership`` from now on (wired before the first record)."""
         self._ownership = ownership
+
+    def admission(self, state: PartitionState) -> Accepts | None:
+        """Which records of ``state`` this member runs (None: all), as admission decides."""
+        return self._ownership.admission(state)
 
     # -- poll thread -------------------------------------------------------------------------
 
@@ -217,6 +221,7 @@ class Dispatcher:
             state.running -= 1
             entry.payload = None
             self._idle.notify_all()
+            self._ended(state, entry)
             return
         released = window.complete(entry)
         if state.outputs.staged:  # exactly-once: its outputs go with the next commit
@@ -230,11 +235,13 @@ class Dispatcher:
             else:
                 works.append((state, nxt))
 
-    def abandon(self, state: PartitionState) -> None:
-        """A worker will not run an entry of a partition that is no longer active."""
+    def abandon(self, state: PartitionState, entry: Entry[Any] | None = None) -> None:
+        """A worker will not run an entry of a partition that is no longer active (or a DLQ
+        or key-state write of one was abandoned)."""
         with self.lock:
             state.running -= 1
             self._idle.notify_all()
+            self._ended(state, entry)
 
     def is_active(self, state: PartitionState) -> bool:
         return state.phase is Phase.ACTIVE
@@ -252,6 +259,7 @@ class Dispatcher:
             entry.attempt += 1
             if state.phase is not Phase.ACTIVE:
                 self._idle.notify_all()
+                self._ended(state, entry)
                 return
         call_later(delay, lambda: self._redispatch(state, entry))
 
@@ -271,6 +279,7 @@ class Dispatcher:
             else:  # unordered null-key records are independent: one block each
                 state.blocked_unordered[entry.offset] = blocked
             self._idle.notify_all()
+            self._ended(state, entry)
 
     def release(self, state: PartitionState, key: bytes | None, *, retry: bool) -> str | None:
         """Release a blocked or parked key; say what was released, or None if neither.
@@ -313,71 +322,9 @@ class Dispatcher:
                     state.phase = Phase.DRAINING
             if self._held:
                 self._drop_held(states)
+            self._withdraw(states)
         if self._on_draining is not None:
             self._on_draining(states)
-
-    # -- pausing dispatch (the coordinator lost its connection) ----------------------------------
-
-    def set_liveness(self, live: Callable[[], bool]) -> None:
-        """Start nothing while ``live()`` is False (a coordinator that has not heard from its
-        ZooKeeper session recently enough to be sure it still holds its work). What becomes
-        ready meanwhile is held, in order, until :meth:`resume_dispatch`."""
-        self._live = live
-
-    def live(self) -> bool:
-        live = self._live
-        return live is None or live()
-
-    def defer(self, state: PartitionState, entry: Entry[Any]) -> None:
-        """A worker found the member not live as it was about to run ``entry``: hold it (still
-        counted as running) until dispatch resumes."""
-        with self.lock:
-            if self._held is None:
-                self._held = []
-            self._held.append((entry.worker, [(state, entry)]))
-
-    def _dispatch(self, worker: int, works: list[Work]) -> None:
-        """Hand ready records to a worker, or hold them while dispatch is paused (lock held)."""
-        if self._held is None and self._live is not None and not self._live():
-            self._held = []  # not sure of the session any more: whoever resumes dispatch clears it
-        if self._held is not None:
-            self._held.append((worker, works))
-        else:
-            self._submit(worker, works)
-
-    def pause_dispatch(self) -> None:
-        """Start nothing new; records keep being admitted and queue up in their keys' order.
-
-        For a member that lost its ZooKeeper connection: it cannot know whether its session
-        (and so its ranges) is still alive, so it starts no handler until it knows. Handlers
-        already running finish as usual.
-        """
-        with self.lock:
-            if self._held is None:
-                self._held = []
-
-    def resume_dispatch(self) -> None:
-        """Hand over everything held while paused, in the order it became ready."""
-        with self.lock:
-            held, self._held = self._held, None
-            for worker, works in held or ():
-                self._submit(worker, works)
-
-    def _drop_held(self, states: list[PartitionState]) -> None:
-        """Held records of partitions that stop dispatching never run: they stay incomplete in
-        their windows (so no cursor passes them) and stop counting as running."""
-        stopping = {id(state) for state in states}
-        assert self._held is not None
-        kept: list[tuple[int, list[Work]]] = []
-        for worker, works in self._held:
-            remaining = [work for work in works if id(work[0]) not in stopping]
-            for state, _entry in works:
-                if id(state) in stopping:
-                    state.running -= 1
-            if remaining:
-                kept.append((worker, remaining))
-        self._held = kept
-        self._idle.notify_all()
 
     def wait_drained(
         self,
@@ -405,12 +352,23 @@ class Dispatcher:
                 tick()
 
     def remove(self, states: Iterable[PartitionState]) -> None:
+        """The partitions are gone: results still to come are discarded. Calls of theirs still
+        running are reported to the hold, which keeps their keys from starting again here
+        until they end."""
         states = list(states)
+        hold = self._hold
         with self.lock:
-            if self._held:
-                self._drop_held(states)
+            dropped = self._drop_held(states) if self._held else set()
+            self._withdraw(states)
             for state in states:
                 state.phase = Phase.GONE
-                if state.window is not None:
-                    state.window.remove()
+                if state.window is None:
+                    continue
+                drain = state.window.remove()
+                if hold is not None and state.running > 0:
+                    # In flight but not running: dropped from the paused queue, or blocked
+                    # (a record in its backoff stays counted until its source is idle).
+                    idle = dropped | {id(b.entry) for b in state.blocked.values()}
+                    idle |= {id(b.entry) for b in state.blocked_unordered.values()}
+                    hold.fenced(state, [e for e in drain.in_flight if id(e) not in idle])
             self._idle.notify_all()

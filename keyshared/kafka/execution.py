@@ -115,7 +115,7 @@ class RecordExecutor:
     def prepare(self, state: PartitionState, entry: Entry[Any]) -> Record | None:
         """The record to hand to the handler, or None when the entry was settled otherwise."""
         if state.phase is not Phase.ACTIVE:
-            self._dispatcher.abandon(state)
+            self._dispatcher.abandon(state, entry)
             return None
         if not self._dispatcher.live():
             # Queued before the member lost touch with its coordinator (a stall, a GC pause):
@@ -248,7 +248,7 @@ class RecordExecutor:
             first_failure=entry.first_failure or time.time(),
             still_wanted=lambda: state.phase is not Phase.GONE,
             on_acked=lambda: then(state, entry),
-            on_abandoned=lambda: self._dispatcher.abandon(state),
+            on_abandoned=lambda: self._dispatcher.abandon(state, entry),
         )
 
     def _finish_dead_lettered(self, state: PartitionState, entry: Entry[Any]) -> None:
@@ -285,7 +285,7 @@ class RecordExecutor:
             entry.offset,
             still_wanted=lambda: state.phase is not Phase.GONE,
             on_durable=durable,
-            on_abandoned=lambda: self._dispatcher.abandon(state),
+            on_abandoned=lambda: self._dispatcher.abandon(state, entry),
         )
 
 

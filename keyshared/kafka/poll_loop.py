@@ -187,22 +187,32 @@ class PollLoop:
         if not partitions:
             return
         starts = self._cursors.starting_points(partitions, self._options.startup_timeout)
-        parked: dict[TP, set[bytes | None]] = {}
-        if self._keystate is not None:
-            parked = self._keystate.load(partitions, self._options.startup_timeout)
+        states: dict[TP, PartitionState] = {}
         for key in partitions:
             offset, metadata = starts.get(key, (None, ""))
             done = decode_finished(offset, metadata) if offset is not None else EMPTY_RUNS
-            self.states[key] = PartitionState(
+            states[key] = PartitionState(
                 key[0],
                 key[1],
                 self._metrics.partition(*key),
                 committed=offset,
                 committed_metadata=metadata,
                 already_done=done,
-                parked=set(parked.get(key, ())),
                 phase=Phase.DRAINING if stopping else Phase.ACTIVE,
             )
+        if self._keystate is not None:
+            # Blocked records are cleared only for keys this member runs: in key_shared mode
+            # every member reads every partition, and the others' blocks are theirs (issue 24).
+            accepts = {tp: self._dispatcher.admission(state) for tp, state in states.items()}
+
+            def owns(tp: TP, key: bytes | None, offset: int) -> bool:
+                accept = accepts[tp]
+                return accept is None or accept(key, offset)
+
+            parked = self._keystate.load(partitions, self._options.startup_timeout, owns)
+            for key, state in states.items():
+                state.parked = set(parked.get(key, ()))
+        self.states.update(states)
         log.info(
             "assigned %s",
             ", ".join(f"{t}[{p}]@{_at(starts.get((t, p), (None, ''))[0])}" for t, p in partitions),

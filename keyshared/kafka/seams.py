@@ -8,6 +8,7 @@ seam                      partition mode (today)                 with the coordi
 ========================  =====================================  =============================
 :class:`Membership`       the Kafka group's rebalance callbacks  ZooKeeper members and ranges
 :class:`Ownership`        the static key filters                 "is this key's slot mine?"
+:class:`DispatchHold`     (none)                                 a key waits for its fenced call
 :class:`CursorStore`      Kafka offset commits                   commits fenced by a lease
 :class:`DispatchControl`  (unused)                               hold, drain and fence dispatch
 :class:`PollInbox`        (unused)                               kazoo's thread asks the poll
@@ -43,6 +44,7 @@ __all__ = [
     "Coordination",
     "CursorStore",
     "DispatchControl",
+    "DispatchHold",
     "KeyFilterOwnership",
     "Membership",
     "MembershipEvents",
@@ -65,6 +67,8 @@ class DispatchControl(Protocol):
     ``lock`` is the dispatcher's: a coordinator reads window state only under it."""
 
     lock: threading.Lock
+
+    def use_hold(self, hold: DispatchHold) -> None: ...
 
     def pause_dispatch(self) -> None: ...
 
@@ -93,6 +97,33 @@ class Ownership(Protocol):
     """
 
     def admission(self, state: PartitionState) -> Accepts | None: ...
+
+
+class DispatchHold(Protocol):
+    """Records a window released that must not start yet: in ``key_shared`` mode, records of
+    a key whose call in a fenced (removed) partition still runs (issue 24, defect 5).
+
+    Called under the dispatcher's lock, on whichever thread holds it; must not block. It is
+    false while it holds nothing, so the dispatcher asks nothing more on the common path.
+    """
+
+    def __bool__(self) -> bool: ...
+
+    def fenced(self, state: PartitionState, stragglers: list[Any]) -> None:
+        """``state`` was removed while these entries of it still counted as running."""
+
+    def admit(self, works: list[Work]) -> list[Work]:
+        """The works that may start now; the others wait, still counted as running."""
+        ...
+
+    def ended(self, state: PartitionState, entry: Any | None, idle: bool) -> list[Work]:
+        """An entry of a removed ``state`` stopped running (``idle``: nothing of it runs any
+        more); the works that may start now."""
+        ...
+
+    def withdraw(self, states: list[PartitionState]) -> list[Work]:
+        """These partitions stop dispatching: their waiting works, which will never start."""
+        ...
 
 
 class KeyFilterOwnership:

@@ -199,11 +199,22 @@ def test_a_member_whose_session_expires_is_fenced_and_the_new_owner_keeps_order(
     total = sum(seq.counts.values())
     finished = lambda: {(e.key, e.seq) for j in (a_journal, b_journal) for e in j.snapshot()  # noqa: E731
                         if e.kind == "E"}  # fmt: skip
-    wait_until(lambda: len(finished() - {(stuck, 3)}) >= total - 1, "the others", WAIT_S * 3)
+    # Every other key runs meanwhile. The stuck key may not: if A takes its range back, its
+    # records wait for the zombie's call, which still runs in A (issue 24, defect 5).
+    others = total - seq.counts[stuck]
+    wait_until(
+        lambda: len({done for done in finished() if done[0] != stuck}) >= others,
+        "the other keys",
+        WAIT_S * 3,
+    )
     release.set()  # the zombie's handler returns now: its result must be dropped
     wait_until(lambda: len(finished()) >= total, "every record", WAIT_S * 2)
 
-    zombie = [e for e in a_journal.snapshot() if e.key == stuck and e.seq == 3]
+    # The zombie's own call: A's first start and first end of the record it held. If A took
+    # the stuck key's range back, A ran the record again after it (the key waited for it).
+    held = sorted((e for e in a_journal.snapshot() if e.key == stuck and e.seq == 3),
+                  key=lambda e: e.t)  # fmt: skip
+    zombie = [next(e for e in held if e.kind == "S"), next(e for e in held if e.kind == "E")]
     events = [e for j in (a_journal, b_journal) for e in j.snapshot() if e not in zombie]
     report = check(events, seq.counts)
     assert not report.missing and not report.violations, report.summary()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import queue
 
 import pytest
-from kazoo.exceptions import NodeExistsError
 
+from coordinator.errors import MemberIdInUse
 from coordinator.layout import GroupLayout
 from coordinator.members import MemberInfo, Membership, MembersWatch, read_members
 from tests.coordinator.conftest import ClientFactory, expire_session, take_until
@@ -49,5 +49,5 @@ def test_a_member_id_in_use_by_another_session_is_refused(
     zk_client: ClientFactory, layout: GroupLayout
 ) -> None:
     Membership(zk_client(), layout, MemberInfo("same")).join()
-    with pytest.raises(NodeExistsError):
+    with pytest.raises(MemberIdInUse, match="'same'"):
         Membership(zk_client(), layout, MemberInfo("same")).join()

@@ -75,16 +75,18 @@ def member(log: list[str], *writers: Writer) -> KeySharedMember:
         "_me": "M",
         "_ctx": SimpleNamespace(topics=[]),
         "_generation": 1,
+        "_desired": (),
+        "_queue": (),
         "_dispatcher": SimpleNamespace(lock=_NoLock()),
     }
     for name, value in fields.items():
         setattr(m, name, value)
 
-    def read_claims(held: list[tuple[SlotRange, int]]) -> dict[Any, Any]:
+    def read_claims(_consumer: Any, held: list[tuple[SlotRange, int]]) -> dict[Any, Any]:
         log.append("read stored cursors")
         return {}
 
-    m._read_claims = read_claims  # type: ignore[method-assign]
+    m._reader = SimpleNamespace(read=read_claims, stamps={})  # type: ignore[assignment]
     return m
 
 

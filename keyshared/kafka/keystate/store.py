@@ -139,13 +139,19 @@ class KeyStateStore:
             )
 
     def load(
-        self, partitions: list[tuple[str, int]], timeout: float
+        self,
+        partitions: list[tuple[str, int]],
+        timeout: float,
+        owns: Callable[[tuple[str, int], bytes | None, int], bool] | None = None,
     ) -> dict[tuple[str, int], set[bytes | None]]:
         """The parked keys of ``partitions``, as of now (see :meth:`sync`); for their new owner.
 
         Blocked entries of these partitions are cleared on the way: a block lives in the memory
         of the member that hit it, so after a move the record is redelivered, tried again and,
         if it fails again, recorded again. The clean-up is not a release (no ``on_release``).
+        ``owns(partition, key, offset)`` limits it to the blocked records this member will run
+        itself: in ``key_shared`` mode every member reads every partition, and a block of a key
+        another member holds is that member's (default: every record is this member's).
         """
         self.sync(timeout)
         wanted = set(partitions)
@@ -156,7 +162,7 @@ class KeyStateStore:
             if tp in wanted:
                 if state.state == "parked":
                     parked[tp].add(key_id[2])
-                else:
+                elif owns is None or owns(tp, key_id[2], state.offset):
                     stale.append(key_id)
         for key_id in stale:
             self._produce(encode_key(*key_id), None, lambda err, _msg: None)
