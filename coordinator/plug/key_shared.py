@@ -28,6 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
+from kazoo.exceptions import KazooException
 
 from coordinator.assignment import AssignmentChange
 from coordinator.cursors import read_cursors
@@ -37,6 +38,7 @@ from coordinator.members import MemberInfo
 from coordinator.plug.deferred_rebuild import DeferredRebuild
 from coordinator.plug.handback import HandBack
 from coordinator.plug.held_ranges import HeldRanges
+from coordinator.plug.kafka_liveness import KafkaLiveness
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
     Decoded,
@@ -116,6 +118,8 @@ class KeySharedMember:
         self._watch: Any = None
         self._membership: Any = None
         self._closing = False
+        self._kafka = KafkaLiveness(context.kafka_config, context.topics)
+        self._withdrawn = False  # out of the plan while Kafka is silent (see _check_kafka)
 
     # -- Membership ------------------------------------------------------------------------------
 
@@ -124,6 +128,7 @@ class KeySharedMember:
         partitions_of(consumer, topics, self._options.startup_timeout)  # a missing topic: error
         self._topics.describe()
         self._gate.start()
+        self._kafka.start()
         self._membership = self._zk.join(self._group, self._info())
         self._watch = self._zk.watch_assignment(
             self._group, self._me, lambda change: self._ctx.inbox.post(lambda: self._on(change))
@@ -140,9 +145,13 @@ class KeySharedMember:
 
     def tick(self) -> None:
         """Retry a failed assignment or a re-read that waited for running records; release
-        leases given up whose last cursors could not be written yet."""
+        leases given up whose last cursors could not be written yet; leave the plan while
+        Kafka is silent (a retry then waits for Kafka: each would hold this thread in its
+        timeouts)."""
+        self._check_kafka()
         retry_at = self._assign_retry_at
-        if retry_at is not None and time.monotonic() >= retry_at and not self._gate.lost:
+        due = retry_at is not None and time.monotonic() >= retry_at
+        if due and not self._gate.lost and self._kafka.answering():
             self._assign_from_cursors()
         regain_at = self._regain_at
         due = regain_at is not None and time.monotonic() >= regain_at
@@ -167,6 +176,7 @@ class KeySharedMember:
         self._queue.cancel_all()
         self._held.release_all(self._states)  # each lease stands while a call of its keys runs
         self._gate.stop()
+        self._kafka.stop()
         with contextlib.suppress(Exception):
             if self._membership is not None:
                 self._membership.leave()
@@ -203,7 +213,8 @@ class KeySharedMember:
 
     def commit_async(self, states: Any) -> None:
         self._flush(list(states), force=False)
-        if self._leader is not None and self._leader.is_leader:
+        # Not while Kafka is silent: the pass would hold the poll thread in Kafka's timeouts.
+        if self._leader is not None and self._leader.is_leader and self._kafka.answering():
             now = time.monotonic()
             if now >= self._next_watermark:
                 # Until the first one lands, try at every commit interval: before it, Kafka (and
@@ -391,9 +402,38 @@ class KeySharedMember:
         ):
             log.warning("fenced handlers still running after %ss", self._options.drain_timeout)
 
+    def _check_kafka(self) -> None:
+        """Leave the plan while Kafka is silent past ``session.timeout.ms``, and come back once
+        it answers. A member cut off from Kafka but not from ZooKeeper would otherwise hold
+        its range leases, reading nothing, for as long as the cut lasts. Leaving is the
+        ordinary path: the leader plans without it, and its ranges are drained, their cursors
+        written (to ZooKeeper, which it still reaches) and their leases released."""
+        if self._closing or self._membership is None or not self._gate.connected():
+            return
+        try:
+            if not self._withdrawn and self._kafka.silent_for() > self._kafka.bound:
+                log.warning(
+                    "member %s: Kafka silent for %.1fs (session.timeout.ms %gs): leaving the "
+                    "plan of %s so that its ranges move on; back when Kafka answers",
+                    self._me,
+                    self._kafka.silent_for(),
+                    self._kafka.bound,
+                    self._group,
+                )
+                self._membership.leave()
+                self._withdrawn = True
+            elif self._withdrawn and self._kafka.answering():
+                log.info("member %s: Kafka answers again: rejoining %s", self._me, self._group)
+                self._membership = self._zk.join(self._group, self._info())
+                self._withdrawn = False
+        except KazooException as exc:
+            log.warning(
+                "member %s: leaving or rejoining the plan failed (%r); retrying", self._me, exc
+            )
+
     def _rejoin(self) -> None:
         """A new session after an expiry: join again and take up the assignment in force."""
-        if self._closing:
+        if self._closing or self._withdrawn:
             return
         self._membership = self._zk.join(self._group, self._info())
         current = self._watch.current if self._watch is not None else None
