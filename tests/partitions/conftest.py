@@ -132,6 +132,7 @@ def start(servers: Partitioned) -> Iterator[StartMember]:
         run = Running(
             keyshared.KeySharedConsumer(config, [topic], handler, coordinator=zk, **options)
         )
+        run.zk = zk  # type: ignore[attr-defined]  # the member's own session, for probes
         started.append(run)
         return run
 
