@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from kazoo.client import KazooClient
 
 import keyshared
 from coordinator import ZooKeeperCoordinator
@@ -159,3 +160,13 @@ def topic(servers: Partitioned) -> Iterator[Callable[[int], str]]:
 
     yield make
     delete_topics(admin, created)
+
+
+@pytest.fixture
+def observer(servers: Partitioned) -> Iterator[KazooClient]:
+    """A kazoo client of the test's own, connected directly, to look at the group's znodes."""
+    client = KazooClient(hosts=servers.zookeeper)
+    client.start(timeout=15)
+    yield client
+    client.stop()
+    client.close()

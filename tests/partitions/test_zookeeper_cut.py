@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -67,15 +66,6 @@ class Rounds:
 
 def _ended(recorders: list[Recorder], seq: int) -> int:
     return len({e.key for r in recorders for e in r.snapshot() if e.kind == "E" and e.seq == seq})
-
-
-@pytest.fixture
-def observer(servers: Partitioned) -> Iterator[KazooClient]:
-    client = KazooClient(hosts=servers.zookeeper)
-    client.start(timeout=15)
-    yield client
-    client.stop()
-    client.close()
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
