@@ -6,10 +6,11 @@ nothing, and the keys behind them would wait for as long as the partition lasts.
 bound the member gives them up (the same drain and hand-over as any move), the group's other
 member takes the keys on, and when Kafka answers again the member comes back.
 
-Each test cuts member A's link to the broker (``FaultyLink.cut``: connections reset, new ones
-refused) while member B keeps both servers, produces meanwhile, and measures the bound: from
-the cut to B's first start of a key A had been running. The journal of both members' handler
-starts and ends proves nothing lost and no key run twice at once.
+Each test breaks member A's link to the broker (``cut``: connections reset, new ones refused;
+``blackhole``: packets vanish, only timeouts notice) while member B keeps both servers,
+produces meanwhile, and measures the bound: from the break to B's first start of a key A had
+been running. The journal of both members' handler starts and ends proves nothing lost and no
+key run twice at once.
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ pytestmark = pytest.mark.integration
 KEYS = [f"key-{i}".encode() for i in range(40)]
 BOUND_S = 30.0  # what the tests accept: session.timeout.ms (6 s) plus drains, with margin
 
-MODES = {
-    "key_shared": {"mode": "key_shared"},
-    "partition_leases": {"mode": "partition", "kafka": {"partition.assignment.strategy": "range"}},
+KEY_SHARED = {"mode": "key_shared"}
+PARTITION_LEASES = {"mode": "partition", "kafka": {"partition.assignment.strategy": "range"}}
+CASES = {
+    "key_shared-cut": (KEY_SHARED, "cut"),
+    "key_shared-blackhole": (KEY_SHARED, "blackhole"),
+    "partition_leases-cut": (PARTITION_LEASES, "cut"),
 }
 
 
@@ -54,18 +58,19 @@ def _finished(recorders: list[Recorder], seq: int) -> set[bytes]:
     }
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_a_member_cut_off_from_kafka_gives_its_work_up_within_a_bound(
     servers: Partitioned,
     topic: object,  # before start: members stop before their topic is deleted
     start: StartMember,
-    mode: str,
+    case: str,
 ) -> None:
+    options, fault = CASES[case]
     name = topic(2)  # type: ignore[operator]
-    group = unique_name(f"kafka-cut-{mode}")
+    group = unique_name("kafka-cut")
     a, b = Recorder(pid=1), Recorder(pid=2)
-    start(group, name, a, "a", bootstrap=servers.kafka_link.address, **MODES[mode])
-    start(group, name, b, "b", **MODES[mode])
+    start(group, name, a, "a", bootstrap=servers.kafka_link.address, **options)
+    start(group, name, b, "b", **options)
     both = [a, b]
 
     seq = 0
@@ -76,7 +81,7 @@ def test_a_member_cut_off_from_kafka_gives_its_work_up_within_a_bound(
     a_keys = _finished([a], seq)
 
     cut = time.monotonic_ns()
-    servers.kafka_link.cut()
+    getattr(servers.kafka_link, fault)()
     seq += 1
     _round(servers, name, seq)
     _await_round(both, seq)
@@ -84,7 +89,7 @@ def test_a_member_cut_off_from_kafka_gives_its_work_up_within_a_bound(
         e.t for e in b.snapshot() if e.kind == "S" and e.seq == seq and e.key in a_keys
     )
     bound = (taken_over - cut) / 1e9
-    print(f"\n{mode}: A's keys moved to B {bound:.1f} s after A was cut off from Kafka")
+    print(f"\n{case}: A's keys moved to B {bound:.1f} s after the {fault}")
     assert bound < BOUND_S
 
     servers.kafka_link.heal()
