@@ -10,8 +10,10 @@ reads by manual assignment, without a group, so nobody tells it; this does.
 
 A thread asks the cluster for one topic's metadata every second, through an admin client of
 the member's own connection settings (the same addresses, the same network path), and notes
-when an answer last came. A probe blocks only that thread, never the poll thread, and a link
-that drops packets instead of refusing connections is noticed the same way (no answer).
+since when its requests go unanswered. A probe blocks only that thread, never the poll
+thread, and a link that drops packets instead of refusing connections is noticed the same way
+(no answer). A member frozen meanwhile (SIGSTOP, a GC pause) learns nothing about Kafka, so
+only probes that were sent and went unanswered count.
 
 Example::
 
@@ -48,7 +50,8 @@ _DEFAULT_SESSION_TIMEOUT_MS = 45_000  # librdkafka's default session.timeout.ms
 
 
 class KafkaLiveness:
-    """When Kafka last answered this member, and how long a silence it may hold work through.
+    """Since when Kafka leaves this member unanswered, and how long a silence it may hold
+    work through.
 
     :param kafka_config: the consumer's librdkafka config (its connection settings are reused).
     :param topics: the member's topics; the probe asks for the first one's metadata.
@@ -70,24 +73,27 @@ class KafkaLiveness:
         self._config.pop("error_cb", None)
         self._topic = next((t for t in topics if not t.startswith("^")), None)
         self._every = probe_every
-        self._answered = time.monotonic()
+        # When the current run of unanswered probes began (sent); None while Kafka answers.
+        # Counted from failures, not from the last answer: a member frozen (SIGSTOP, a GC
+        # pause) froze its probe too, and has learnt nothing about Kafka meanwhile.
+        self._failing_since: float | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._answered = time.monotonic()
         self._thread = threading.Thread(
             target=self._probe, name="keyshared-kafka-liveness", daemon=True
         )
         self._thread.start()
 
     def silent_for(self) -> float:
-        """Seconds since the probe last sent a request that Kafka answered."""
-        return time.monotonic() - self._answered
+        """Seconds since the first of the probes that went unanswered in a row (0: answered)."""
+        failing_since = self._failing_since
+        return 0.0 if failing_since is None else time.monotonic() - failing_since
 
     def answering(self) -> bool:
-        """Whether Kafka answered one of the last two probes."""
-        return self.silent_for() < 2 * self._every + 0.5
+        """Whether Kafka answered the last probe."""
+        return self._failing_since is None
 
     def stop(self) -> None:
         self._stopping.set()
@@ -99,5 +105,7 @@ class KafkaLiveness:
             try:
                 admin.list_topics(topic=self._topic, timeout=_PROBE_TIMEOUT_S)
             except KafkaException:
-                continue  # no answer this time; silent_for() grows
-            self._answered = sent
+                if self._failing_since is None:
+                    self._failing_since = sent
+                continue
+            self._failing_since = None
