@@ -183,8 +183,10 @@ def with_commit(
     """``record`` naming ``offsets`` as the group's next commit, beside what Kafka ``held``."""
     committed = dict(record.committed)
     for partition, offset in offsets.items():
+        # Nothing held (-1) is named like any other offset: a first commit that does not land
+        # leaves Kafka holding nothing, which must not read as a reset (issue 27).
         before = held.get(partition, -1)
-        committed[partition] = (offset,) if before in (-1, offset) else (offset, before)
+        committed[partition] = (offset,) if before == offset else (offset, before)
     return replace(record, committed=committed, named_at=now)
 
 

@@ -36,6 +36,7 @@ from coordinator.plug.claims_reader import ClaimsReader
 from coordinator.plug.deferred_rebuild import DeferredRebuild
 from coordinator.plug.handback import HandBack
 from coordinator.plug.held_ranges import HeldRanges
+from coordinator.plug.kafka_liveness import KafkaLiveness, PlanWithdrawal
 from coordinator.plug.key_shared_stragglers import FencedKeys
 from coordinator.plug.lease_queue import LeaseQueue
 from coordinator.plug.range_cursors import (
@@ -112,6 +113,8 @@ class KeySharedMember:
         self._watch: Any = None
         self._membership: Any = None
         self._closing = False
+        self._kafka = KafkaLiveness(context.kafka_config, context.topics)
+        self._withdrawal = PlanWithdrawal(self._kafka, self._me, self._group)
 
     # -- Membership ------------------------------------------------------------------------------
 
@@ -120,6 +123,7 @@ class KeySharedMember:
         partitions_of(consumer, topics, self._options.startup_timeout)  # a missing topic: error
         self._topics.describe()
         self._gate.start()
+        self._kafka.start()
         self._membership = self._zk.join(self._group, self._info())
         self._watch = self._zk.watch_assignment(
             self._group, self._me, lambda change: self._ctx.inbox.post(lambda: self._on(change))
@@ -136,9 +140,13 @@ class KeySharedMember:
 
     def tick(self) -> None:
         """Retry a failed assignment or a re-read that waited for running records; release
-        leases given up whose last cursors could not be written yet."""
+        leases given up whose last cursors could not be written yet; leave the plan while
+        Kafka is silent (a retry then waits for Kafka: each would hold this thread in its
+        timeouts)."""
+        self._check_kafka()
         retry_at = self._assign_retry_at
-        if retry_at is not None and time.monotonic() >= retry_at and not self._gate.lost:
+        due = retry_at is not None and time.monotonic() >= retry_at
+        if due and not self._gate.lost and self._kafka.answering():
             self._assign_from_cursors()
         regain_at = self._regain_at
         due = regain_at is not None and time.monotonic() >= regain_at
@@ -165,6 +173,7 @@ class KeySharedMember:
         self._queue.cancel_all()
         self._held.release_all(self._states)  # each lease stands while a call of its keys runs
         self._gate.stop()
+        self._kafka.stop()
         with contextlib.suppress(Exception):
             if self._membership is not None:
                 self._membership.leave()
@@ -201,7 +210,8 @@ class KeySharedMember:
 
     def commit_async(self, states: Any) -> None:
         self._flush(list(states), force=False)
-        if self._leader is not None and self._leader.is_leader:
+        # Not while Kafka is silent: the pass would hold the poll thread in Kafka's timeouts.
+        if self._leader is not None and self._leader.is_leader and self._kafka.answering():
             now = time.monotonic()
             if now >= self._next_watermark:
                 # Until the first one lands, try at every commit interval: before it, Kafka (and
@@ -381,9 +391,20 @@ class KeySharedMember:
         with contextlib.suppress(KafkaException):
             self._consumer.assign([])
 
+    def _check_kafka(self) -> None:
+        """A member cut off from Kafka but not from ZooKeeper would otherwise hold its range
+        leases, reading nothing, for as long as the cut lasts (see kafka_liveness.py)."""
+        if self._closing or self._membership is None or not self._gate.connected():
+            return
+
+        def rejoin() -> None:
+            self._membership = self._zk.join(self._group, self._info())
+
+        self._withdrawal.check(self._membership.leave, rejoin)
+
     def _rejoin(self) -> None:
         """A new session after an expiry: join again and take up the assignment in force."""
-        if self._closing:
+        if self._closing or self._withdrawal.withdrawn:
             return
         self._membership = self._zk.join(self._group, self._info())
         current = self._watch.current if self._watch is not None else None

@@ -39,6 +39,19 @@ def test_the_groups_own_commit_is_never_taken_for_a_reset() -> None:
         assert not changes and again.accepts(0, Incarnation("id", 0))
 
 
+def test_the_groups_first_commit_is_never_taken_for_a_reset_if_it_did_not_land() -> None:
+    # Kafka held nothing yet. The leader names its first commit, and the commit fails (the
+    # leader was cut off from Kafka, or died): Kafka still holds nothing, which is the group's
+    # own state, not an operator's reset. Taken for one, every cursor was dropped and the group
+    # redid its topic from the start (tests/partitions/test_kafka_cut.py, issue 27).
+    record, _ = reconcile(None, "id", 1, {0: -1})
+    named = with_commit(record, {0: 20}, held={0: -1}, now=0.0)
+    for kafka in (-1, 20):
+        again, changes = reconcile(named, "id", 1, {0: kafka})
+        assert not changes and again.accepts(0, Incarnation("id", 0))
+    assert settled(named, {0: 20}, now=None).committed == {0: (20,)}
+
+
 def test_an_offset_reset_while_stopped_drops_that_partitions_cursors_only() -> None:
     record = TopicRecord("id", committed={0: (20, 10), 1: (5,)}, version=3)
     after, changes = reconcile(record, "id", 2, {0: 0, 1: 5})

@@ -51,6 +51,7 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
         "_dispatcher": SimpleNamespace(lock=None),  # nothing given up: never taken
         "_deferred": SimpleNamespace(ready=lambda: False),  # no re-read waiting for records
         "_topics": SimpleNamespace(changed=lambda: False),  # no partition added meanwhile
+        "_membership": None,  # not joined: the Kafka probe's check has nothing to leave
     }
     for name, value in fields.items():
         setattr(m, name, value)

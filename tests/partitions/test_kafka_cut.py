@@ -1,0 +1,101 @@
+"""A member cut off from Kafka but not from ZooKeeper must not hold its work for ever.
+
+Its ZooKeeper session lives on, so nothing in ZooKeeper expires by itself: in ``key_shared``
+mode its range leases, with partition leases its partition leases, would stand while it reads
+nothing, and the keys behind them would wait for as long as the partition lasts. After a
+bound the member gives them up (the same drain and hand-over as any move), the group's other
+member takes the keys on, and when Kafka answers again the member comes back.
+
+Each test breaks member A's link to the broker (``cut``: connections reset, new ones refused;
+``blackhole``: packets vanish, only timeouts notice) while member B keeps both servers,
+produces meanwhile, and measures the bound: from the break to B's first start of a key A had
+been running. The journal of both members' handler starts and ends proves nothing lost and no
+key run twice at once.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from keyshared.dev.testing import unique_name
+from tests.helpers import wait_until
+from tests.kafka.support.inprocess import Recorder
+from tests.kafka.support.journal import check, produce
+from tests.partitions.conftest import Partitioned, StartMember
+
+pytestmark = pytest.mark.integration
+
+KEYS = [f"key-{i}".encode() for i in range(40)]
+BOUND_S = 30.0  # what the tests accept: session.timeout.ms (6 s) plus drains, with margin
+
+KEY_SHARED = {"mode": "key_shared"}
+PARTITION_LEASES = {"mode": "partition", "kafka": {"partition.assignment.strategy": "range"}}
+CASES = {
+    "key_shared-cut": (KEY_SHARED, "cut"),
+    "key_shared-blackhole": (KEY_SHARED, "blackhole"),
+    "partition_leases-cut": (PARTITION_LEASES, "cut"),
+}
+
+
+def _round(servers: Partitioned, topic: str, seq: int) -> None:
+    produce(servers.bootstrap, topic, [(key, seq) for key in KEYS])
+
+
+def _await_round(recorders: list[Recorder], seq: int) -> None:
+    wait_until(
+        lambda: len(_finished(recorders, seq)) == len(KEYS), f"round {seq} finished", timeout=60
+    )
+
+
+def _finished(recorders: list[Recorder], seq: int) -> set[bytes]:
+    return {
+        e.key
+        for r in recorders
+        for e in r.snapshot()
+        if e.kind == "E" and e.seq == seq and e.key is not None
+    }
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_member_cut_off_from_kafka_gives_its_work_up_within_a_bound(
+    servers: Partitioned,
+    topic: object,  # before start: members stop before their topic is deleted
+    start: StartMember,
+    case: str,
+) -> None:
+    options, fault = CASES[case]
+    name = topic(2)  # type: ignore[operator]
+    group = unique_name("kafka-cut")
+    a, b = Recorder(pid=1), Recorder(pid=2)
+    start(group, name, a, "a", bootstrap=servers.kafka_link.address, **options)
+    start(group, name, b, "b", **options)
+    both = [a, b]
+
+    seq = 0
+    while not (seq and _finished([a], seq) and _finished([b], seq)):  # until both hold work
+        seq += 1
+        _round(servers, name, seq)
+        _await_round(both, seq)
+    a_keys = _finished([a], seq)
+
+    cut = time.monotonic_ns()
+    getattr(servers.kafka_link, fault)()
+    seq += 1
+    _round(servers, name, seq)
+    _await_round(both, seq)
+    taken_over = min(
+        e.t for e in b.snapshot() if e.kind == "S" and e.seq == seq and e.key in a_keys
+    )
+    bound = (taken_over - cut) / 1e9
+    print(f"\n{case}: A's keys moved to B {bound:.1f} s after the {fault}")
+    assert bound < BOUND_S
+
+    servers.kafka_link.heal()
+    seq += 1
+    _round(servers, name, seq)
+    _await_round(both, seq)
+
+    report = check(a.snapshot() + b.snapshot(), dict.fromkeys(KEYS, seq))
+    assert not report.missing and not report.violations, report.summary()
