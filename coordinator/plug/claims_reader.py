@@ -20,7 +20,7 @@ from keyshared.core.claims import PartitionClaims
 from keyshared.core.slots import SlotRange
 
 if TYPE_CHECKING:
-    from coordinator.coordinator import ZooKeeperCoordinator
+    from coordinator.plug.recipes import Recipes
 
 __all__ = ["ClaimsReader"]
 
@@ -41,7 +41,7 @@ class ClaimsReader:
 
     def __init__(
         self,
-        zk: ZooKeeperCoordinator,
+        zk: Recipes,
         group: str,
         topics: TopicWatch,
         kafka_config: dict[str, Any],

@@ -45,7 +45,7 @@ from keyshared.kafka.commits import Committer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 
 if TYPE_CHECKING:
-    from coordinator.coordinator import ZooKeeperCoordinator
+    from coordinator.plug.recipes import Recipes
     from keyshared.kafka.partition import PartitionState
 
 __all__ = ["ExclusiveMember"]
@@ -107,7 +107,7 @@ class ExclusiveMember:
     :param context: the consumer run it plugs into.
     """
 
-    def __init__(self, zk: ZooKeeperCoordinator, context: PlugContext) -> None:
+    def __init__(self, zk: Recipes, context: PlugContext) -> None:
         self._zk = zk
         self._ctx = context
         self._group = context.group

@@ -52,7 +52,7 @@ from keyshared.core.slots import SlotRange, slot_of
 from keyshared.kafka.seams import Accepts, MembershipEvents, PlugContext
 
 if TYPE_CHECKING:
-    from coordinator.coordinator import ZooKeeperCoordinator
+    from coordinator.plug.recipes import Recipes
     from keyshared.kafka.partition import PartitionState
 
 __all__ = ["KeySharedMember"]
@@ -74,7 +74,7 @@ class KeySharedMember:
     :param context: the consumer run it plugs into.
     """
 
-    def __init__(self, zk: ZooKeeperCoordinator, context: PlugContext) -> None:
+    def __init__(self, zk: Recipes, context: PlugContext) -> None:
         self._zk = zk
         self._ctx = context
         self._options = context.options

@@ -52,7 +52,7 @@ from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.startup import assigns_incrementally
 
 if TYPE_CHECKING:
-    from coordinator.coordinator import ZooKeeperCoordinator
+    from coordinator.plug.recipes import Recipes
     from keyshared.kafka.partition import PartitionState
 
 __all__ = ["PartitionLeaseMember"]
@@ -75,7 +75,7 @@ class PartitionLeaseMember:
     :param context: the consumer run it plugs into.
     """
 
-    def __init__(self, zk: ZooKeeperCoordinator, context: PlugContext) -> None:
+    def __init__(self, zk: Recipes, context: PlugContext) -> None:
         self._zk = zk
         self._ctx = context
         self._options = context.options

@@ -45,7 +45,7 @@ from keyshared.kafka.seams import PlugContext
 from keyshared.metrics import CoordinatorMetrics
 
 if TYPE_CHECKING:
-    from coordinator.coordinator import ZooKeeperCoordinator
+    from coordinator.plug.recipes import Recipes
     from coordinator.session import SessionWatcher
 
 __all__ = ["SessionGate"]
@@ -72,7 +72,7 @@ class SessionGate:
 
     def __init__(
         self,
-        zk: ZooKeeperCoordinator,
+        zk: Recipes,
         context: PlugContext,
         on_lost: Callable[[], None],
         on_renewed: Callable[[], None],
