@@ -172,9 +172,9 @@ class ZooKeeperCoordinator:
 
         :raises CoordinatorUnreachable: no ZooKeeper server answered within ``connect_timeout``.
         """
-        from coordinator.plug.exclusive import ExclusiveMember
-        from coordinator.plug.key_shared import KeySharedMember
-        from coordinator.plug.partition_leases import PartitionLeaseMember
+        from coordinator.modes.exclusive import ExclusiveMember
+        from coordinator.modes.key_shared import KeySharedMember
+        from coordinator.modes.partition_leases import PartitionLeaseMember
 
         mode = context.options.mode
         if mode not in ("key_shared", "partition", "exclusive"):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from coordinator.plug.range_cursors import stored_cursors
+from coordinator.modes.range_cursors import stored_cursors
 from keyshared.core.claims import PartitionClaims
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from coordinator.plug import partition_leases
+from coordinator.modes import partition_leases
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.keystate.errors import KeyStateError
 from tests.coordinator.conftest import WAIT_S

@@ -1,4 +1,4 @@
-"""The Kafka probe of a ``key_shared`` member (:mod:`coordinator.plug.kafka_liveness`), without
+"""The Kafka probe of a ``key_shared`` member (:mod:`coordinator.modes.kafka_liveness`), without
 servers: silence counts only from probes that were sent and went unanswered."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from coordinator.plug import kafka_liveness
-from coordinator.plug.kafka_liveness import KafkaLiveness
+from coordinator.modes import kafka_liveness
+from coordinator.modes.kafka_liveness import KafkaLiveness
 from tests.coordinator.conftest import closed_port
 from tests.helpers import wait_until
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.plug.range_cursors import cursors_for
+from coordinator.modes.range_cursors import cursors_for
 from keyshared.core.claims import PartitionClaims, StoredCursor
 from keyshared.core.offsets import decode_finished
 from keyshared.core.slots import SlotRange
@@ -96,7 +96,7 @@ def test_unchanged_cursors_are_not_decoded_again(monkeypatch: pytest.MonkeyPatch
     one that carries thousands of finished offsets takes tens of milliseconds, and re-reads
     come with every plan change."""
     from coordinator.cursors import Cursor
-    from coordinator.plug import range_cursors
+    from coordinator.modes import range_cursors
 
     calls: list[int] = []
     real = range_cursors.decode_finished

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from coordinator.plug import key_shared
-from coordinator.plug.handback import HandBack
-from coordinator.plug.held_ranges import HeldRanges
-from coordinator.plug.key_shared import KeySharedMember
+from coordinator.modes import key_shared
+from coordinator.modes.handback import HandBack
+from coordinator.modes.held_ranges import HeldRanges
+from coordinator.modes.key_shared import KeySharedMember
 from keyshared.core.slots import SlotRange
 
 pytestmark = pytest.mark.unit

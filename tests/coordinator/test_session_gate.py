@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from coordinator.plug import session_gate
-from coordinator.plug.session_gate import SessionGate
+from coordinator.modes import session_gate
+from coordinator.modes.session_gate import SessionGate
 from coordinator.session import SessionEvent, SessionState
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.plug.key_shared_stragglers import FencedKeys
+from coordinator.modes.key_shared_stragglers import FencedKeys
 from keyshared.core.window import Entry
 from keyshared.kafka.dispatcher import Dispatcher, Work
 from keyshared.kafka.partition import PartitionState

@@ -82,7 +82,7 @@ def churn(group: SimGroup, joining: bool, rng: random.Random, timeout: float) ->
     after = mntr(hosts)
     server_cpu = server_cpu_s(hosts) - cpu0
     rereads = [r for m in group.members for r in m.rereads if r[0] == generation]
-    began = time.monotonic()  # one member's whole-group read, alone (the plug's re-read)
+    began = time.monotonic()  # one member's whole-group read, alone (a key_shared member's re-read)
     whole = read_cursors(group.members[0].client, group.members[0].layout)
     whole_s = time.monotonic() - began
     waits = [w for m in group.members for g, w in m.grant_waits if g == generation]

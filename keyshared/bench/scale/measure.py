@@ -81,7 +81,7 @@ def measure_zookeeper(
     """``members`` simulated members on the ZooKeeper at ``hosts``: form the group, run the
     commit rounds for ``steady_s``, then ``events`` churn events (join, leave, ...).
 
-    :param reread_all: members re-read every cursor of the group, as the plug does (default
+    :param reread_all: members re-read every cursor of the group, as key_shared members do (default
         up to 20 members), or only those of the ranges they hold (above: N members re-reading
         everything in one Python process measures this process's CPU, not the coordinator);
         each event then also times one whole-group read by one member.

@@ -3,8 +3,8 @@ the coordinator's own recipes, and :class:`SimGroup`, N of them in this process 
 commit rounds and the leader's low-watermark pass.
 
 Apart from the measurement so that what a member does (and what it is not: no Kafka, no
-handlers, nothing in flight) reads in one place, next to the plug it imitates
-(``coordinator/plug/key_shared.py``).
+handlers, nothing in flight) reads in one place, next to the key_shared member it imitates
+(``coordinator/modes/key_shared.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["COMMIT_INTERVAL_S", "WATERMARK_EVERY_S", "SimGroup", "SimMember"]
 log = logging.getLogger(__name__)
 
 COMMIT_INTERVAL_S = 1.0  # ConsumerOptions.commit_interval's default
-WATERMARK_EVERY_S = 5.0  # the leader's low-watermark pass (coordinator/plug/key_shared.py)
+WATERMARK_EVERY_S = 5.0  # the leader's low-watermark pass (coordinator/modes/key_shared.py)
 
 
 class SimMember:
@@ -115,7 +115,7 @@ class SimMember:
                 self.writers[slots] = CursorWriter(self.client, self.layout, lease)
         if change.acquire or change.release:
             began = time.monotonic()  # the member's re-read
-            if self.reread_all:  # as the plug does: every cursor of the group
+            if self.reread_all:  # as a key_shared member does: every cursor of the group
                 cursors = read_cursors(self.client, self.layout)
             else:  # only the ranges overlapping what it holds (docs/scaling.md: the lift)
                 cursors = [

@@ -45,7 +45,7 @@ from keyshared.kafka.seams import PlugContext
 from keyshared.metrics import CoordinatorMetrics
 
 if TYPE_CHECKING:
-    from coordinator.plug.recipes import Recipes
+    from coordinator.modes.recipes import Recipes
     from coordinator.session import SessionWatcher
 
 __all__ = ["SessionGate"]

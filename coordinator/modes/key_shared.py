@@ -12,7 +12,7 @@ A change of assignment is applied like an eager rebalance, per member:
 1. **Loss** of a range: the member drains every partition, writes each held range's cursor
    (one fenced ZooKeeper transaction per range), then releases the lost range's lease, which
    is what the next owner is waiting for. The drain waits for every running record, even past
-   ``drain_timeout`` (:mod:`coordinator.plug.deferred_rebuild`): no member, this one included,
+   ``drain_timeout`` (:mod:`coordinator.modes.deferred_rebuild`): no member, this one included,
    ever runs two records of a key at once.
 2. **Gain**: the lease is queued on a thread of its own (it waits for the old owner's drain);
    when it is granted the member drains and re-assigns its partitions from the lowest cursor
@@ -32,19 +32,19 @@ from confluent_kafka import KafkaException, TopicPartition
 from coordinator.assignment import AssignmentChange
 from coordinator.leases import Lease
 from coordinator.members import MemberInfo
-from coordinator.plug.claims_reader import ClaimsReader
-from coordinator.plug.deferred_rebuild import DeferredRebuild
-from coordinator.plug.handback import HandBack
-from coordinator.plug.held_ranges import HeldRanges
-from coordinator.plug.kafka_liveness import KafkaLiveness, PlanWithdrawal
-from coordinator.plug.key_shared_stragglers import FencedKeys
-from coordinator.plug.lease_queue import LeaseQueue
-from coordinator.plug.range_cursors import (
+from coordinator.modes.claims_reader import ClaimsReader
+from coordinator.modes.deferred_rebuild import DeferredRebuild
+from coordinator.modes.handback import HandBack
+from coordinator.modes.held_ranges import HeldRanges
+from coordinator.modes.kafka_liveness import KafkaLiveness, PlanWithdrawal
+from coordinator.modes.key_shared_stragglers import FencedKeys
+from coordinator.modes.lease_queue import LeaseQueue
+from coordinator.modes.range_cursors import (
     partitions_of,
     token_lookup,
 )
-from coordinator.plug.session_gate import SessionGate
-from coordinator.plug.topic_watch import TopicWatch
+from coordinator.modes.session_gate import SessionGate
+from coordinator.modes.topic_watch import TopicWatch
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.filters import KeyFilter
 from keyshared.core.health import Role
@@ -52,7 +52,7 @@ from keyshared.core.slots import SlotRange, slot_of
 from keyshared.kafka.seams import Accepts, MembershipEvents, PlugContext
 
 if TYPE_CHECKING:
-    from coordinator.plug.recipes import Recipes
+    from coordinator.modes.recipes import Recipes
     from keyshared.kafka.partition import PartitionState
 
 __all__ = ["KeySharedMember"]

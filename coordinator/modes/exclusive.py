@@ -37,15 +37,15 @@ from kazoo.exceptions import KazooException
 
 from coordinator.errors import AcquireCancelled
 from coordinator.exclusive import ExclusiveLock
-from coordinator.plug.handback import HandBack, gone
-from coordinator.plug.session_gate import SessionGate
+from coordinator.modes.handback import HandBack, gone
+from coordinator.modes.session_gate import SessionGate
 from keyshared.core.health import Role
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 
 if TYPE_CHECKING:
-    from coordinator.plug.recipes import Recipes
+    from coordinator.modes.recipes import Recipes
     from keyshared.kafka.partition import PartitionState
 
 __all__ = ["ExclusiveMember"]

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.cursors import read_cursors
 from coordinator.incarnations import Incarnation
-from coordinator.plug.range_cursors import Decoded, describe_claims, stored_cursors
-from coordinator.plug.topic_watch import TopicWatch
+from coordinator.modes.range_cursors import Decoded, describe_claims, stored_cursors
+from coordinator.modes.topic_watch import TopicWatch
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.slots import SlotRange
 
 if TYPE_CHECKING:
-    from coordinator.plug.recipes import Recipes
+    from coordinator.modes.recipes import Recipes
 
 __all__ = ["ClaimsReader"]
 

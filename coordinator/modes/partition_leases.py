@@ -21,7 +21,7 @@ Commits carry the lease: the cursor store refuses, before Kafka sees it, the com
 partition whose lease znode is gone (one ``get_children`` per commit), and counts it as fenced.
 Records carry the lease's token (``Record`` fencing token) for downstream fencing.
 
-Session handling is :class:`~coordinator.plug.session_gate.SessionGate`'s: suspended pauses
+Session handling is :class:`~coordinator.modes.session_gate.SessionGate`'s: suspended pauses
 dispatch and commits; lost fences every partition (``events.lost``) and keeps them paused; a
 renewed session queues for the leases of the partitions the group still assigns here.
 Everything in this class runs on the poll thread (rebalance callbacks are served inside
@@ -42,17 +42,17 @@ from kazoo.exceptions import KazooException
 from coordinator.errors import MemberIdInUse
 from coordinator.leases import Lease, PendingLease
 from coordinator.members import MemberInfo, Membership
-from coordinator.plug.handback import HandBack, gone
-from coordinator.plug.lease_queue import wait_in_background
-from coordinator.plug.leased_commits import LeasedCommits
-from coordinator.plug.session_gate import SessionGate
+from coordinator.modes.handback import HandBack, gone
+from coordinator.modes.lease_queue import wait_in_background
+from coordinator.modes.leased_commits import LeasedCommits
+from coordinator.modes.session_gate import SessionGate
 from keyshared.core.health import Role
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.startup import assigns_incrementally
 
 if TYPE_CHECKING:
-    from coordinator.plug.recipes import Recipes
+    from coordinator.modes.recipes import Recipes
     from keyshared.kafka.partition import PartitionState
 
 __all__ = ["PartitionLeaseMember"]

@@ -31,7 +31,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 from coordinator.cursors import Cursor, delete_superseded, read_cursors
 from coordinator.incarnations import Incarnation, TopicRecord, TopicRecords
 from coordinator.layout import GroupLayout
-from coordinator.plug.range_cursors import low_watermarks
+from coordinator.modes.range_cursors import low_watermarks
 from keyshared.errors import KeySharedError
 from keyshared.kafka.client_config import client_properties
 from keyshared.kafka.seams import PlugContext

@@ -18,7 +18,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from coordinator.plug.range_cursors import idle
+from coordinator.modes.range_cursors import idle
 from keyshared.core.slots import SlotRange
 
 if TYPE_CHECKING:
