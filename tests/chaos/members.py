@@ -100,8 +100,14 @@ class Members:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def stop_all(self, timeout: float = 60.0) -> dict[str, int]:
-        """SIGTERM every member, then wait: each drains and commits. Name -> exit code."""
+        """SIGTERM every member, then wait: each drains and commits. Name -> exit code.
+
+        A member started a moment ago (a replacement for the last kill) gets its SIGTERM only
+        once it catches the signal: before ``keyshared run`` installs its handler the
+        interpreter dies of it (exit -15), which says nothing about keyshared's shutdown.
+        """
         for proc in self.procs.values():
+            _await_catches(proc, signal.SIGTERM)
             proc.send_signal(signal.SIGTERM)
         codes = {}
         for name, proc in self.procs.items():
@@ -118,6 +124,23 @@ class Members:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)  # a stalled one must be able to die
         kill_all(self.procs.values())
+
+
+def _await_catches(
+    proc: subprocess.Popen[bytes], signum: signal.Signals, timeout: float = 30.0
+) -> None:
+    """Until ``proc`` has a handler for ``signum`` (its ``SigCgt`` mask in /proc), or exited."""
+    deadline = time.monotonic() + timeout
+    bit = 1 << (signum - 1)
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+        except OSError:
+            return
+        caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) & bit:
+            return
+        time.sleep(0.05)
 
 
 # -- production --------------------------------------------------------------------------------
