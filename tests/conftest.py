@@ -52,6 +52,9 @@ _SERVER_FIXTURES = {
     "topology_cluster",
 }
 TOPOLOGY_DIR_ENV = "KEYSHARED_TOPOLOGY_DIR"
+# Six server JVMs on a shared two-core machine: a node restarted under load has been seen to
+# take 65 s to rejoin (catching up on the metadata log, recovering its partitions).
+_TOPOLOGY_START_TIMEOUT_S = 180.0
 _CORE_TESTS = Path(__file__).parent / "core"
 _UNIT_TIMEOUT_S = 60
 
@@ -147,11 +150,13 @@ def _session_topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topo
     """Three Kafka nodes and a three-member ZooKeeper ensemble, for the whole session."""
     external = os.environ.get(TOPOLOGY_DIR_ENV)
     if external:
-        cluster = TopologyCluster.existing(external)
+        cluster = TopologyCluster.existing(external, start_timeout=_TOPOLOGY_START_TIMEOUT_S)
         cluster.up()
         yield cluster
         return
-    cluster = TopologyCluster(tmp_path_factory.mktemp("keyshared-topology"))
+    cluster = TopologyCluster(
+        tmp_path_factory.mktemp("keyshared-topology"), start_timeout=_TOPOLOGY_START_TIMEOUT_S
+    )
     try:
         cluster.up()
         yield cluster

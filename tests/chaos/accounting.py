@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tests.chaos.fences import Fence
-from tests.chaos.plan import ChaosPlan
+from tests.chaos.plan import SERVER_FAULTS, ChaosPlan
 from tests.chaos.result import ChaosResult
 from tests.kafka.support.journal import (
     Event,
@@ -84,7 +84,7 @@ def account_duplicates(
             if running or fault.t_fault - window <= call.start <= fault.t_fault:
                 fault.at_risk += 1
                 at_risk.add((pid, call.rid))
-    server_faults = [f for f in result.faults if f.kind in ("broker_restart", "zookeeper_restart")]
+    server_faults = [f for f in result.faults if f.kind in SERVER_FAULTS]
     kills = {f.pid: f for f in result.faults if f.kind == "member_kill" and f.committed}
     redo_start: dict[RecordId, int] = {}
     for call in calls:  # in start order: the first call after a record's first finish

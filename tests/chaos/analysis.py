@@ -10,7 +10,7 @@ from dataclasses import replace
 from tests.chaos.accounting import account_duplicates, calls_of, measure_convergence
 from tests.chaos.fences import Fence
 from tests.chaos.observers import DeadLetter
-from tests.chaos.plan import ZOMBIE_PID_BASE, ChaosPlan, Fault
+from tests.chaos.plan import BROKER_FAULTS, ZOMBIE_PID_BASE, ChaosPlan, Fault
 from tests.chaos.result import ChaosResult
 from tests.kafka.support.journal import (
     Event,
@@ -101,7 +101,7 @@ def _drop_cut_off_starts(
     another member. That is the documented gap of partition mode without leases (guarantees.md,
     "What is not guaranteed"); partition leases close it, and their runs are judged without
     this rule. These calls are listed and taken out of the timeline."""
-    outages = sorted(f.t_fault for f in faults if f.kind == "broker_restart")
+    outages = sorted(f.t_fault for f in faults if f.kind in BROKER_FAULTS)
     windows = []
     for fence in fences:
         if fence.cause != "lost":

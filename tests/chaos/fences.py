@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tests.chaos.members import Members
+from tests.chaos.plan import EXPIRED_LOG, Fault
 
 
 @dataclass(frozen=True)
@@ -79,3 +80,21 @@ def fences_from_logs(members: Members, clock_offset_ns: int) -> list[Fence]:
             partitions = frozenset(int(p) for p in re.findall(r"\[(\d+)\]", line))
             fences.append(Fence(pid, t, t, partitions, "lost"))
     return fences
+
+
+def unexpected_expiries(members: Members, faults: list[Fault], clock_offset_ns: int) -> list[str]:
+    """Members whose ZooKeeper session expired other than in a stall meant to expire it.
+
+    A ZooKeeper ensemble that keeps its quorum keeps every session: kazoo moves to another
+    member within the session timeout, and the session moves with it. An expiry there fences
+    a healthy member (its leases and ranges go, its results are discarded).
+    """
+    stalls = {(f.target, f.pid) for f in faults if f.kind == "member_stall"}
+    found = []
+    for pid, name in members.names_by_pid.items():
+        lines = [line for line in members.log(name).splitlines() if EXPIRED_LOG in line]
+        if (name, pid) in stalls:
+            lines = lines[1:]  # the stall's own expiry
+        found += [f"{name}: {line[:23]} (t={parse_log_time(line, clock_offset_ns)})"
+                  for line in lines]  # fmt: skip
+    return found

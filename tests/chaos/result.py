@@ -52,6 +52,8 @@ class ChaosResult:
     handover_bounded: int = 0  # of them: up to their partition's hand-over, not their redo
     # the group rebalanced from their finish to their member's kill, uncommitted at the kill
     killed_in_rebalance_duplicates: int = 0
+    # sessions expired other than in a stall (a ZooKeeper member's crash must not expire any)
+    unexpected_expiries: list[str] = field(default_factory=list)
 
     @property
     def in_flight(self) -> int:
@@ -122,6 +124,8 @@ class ChaosResult:
             f"calls started by a member cut off from the broker, before it learned its partition "
             f"was lost (plain partition mode, documented): {len(self.cut_off_starts)}",
             f"retry counts restarted by a re-dispatch in the same process: {self.retry_restarts}",
+            f"ZooKeeper sessions expired outside a stall: {len(self.unexpected_expiries)} "
+            f"{self.unexpected_expiries[:3]}",
             f"convergence after a fault: max {max(converged, default=0):.2f}s, "
             f"median {sorted(converged)[len(converged) // 2] if converged else 0:.2f}s",
             f"keyshared verify: exit {self.verify_exit}, problems {self.verify_problems[:3]}, "
