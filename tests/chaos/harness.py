@@ -143,8 +143,11 @@ def run_chaos(
             else:
                 _inject(fault, plan, cluster, members, tail, rng, snapshots)
             not_before = time.monotonic()
+            if plan.topology:
+                # The rest of the schedule still gets records, however long this one took.
+                producer.extend_to(not_before + plan.fault_seconds - fault.at)
             progress(f"  {fault.describe(t0)}; {tail.poll()} records finished so far")
-        producer.join(plan.fault_seconds + 240)
+        producer.join(max(0.0, producer.deadline - time.monotonic()) + 240)
         assert not producer.is_alive(), "the producer never finished"
         if producer.failure is not None:
             raise producer.failure

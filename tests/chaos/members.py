@@ -155,9 +155,23 @@ class PacedProducer(threading.Thread):
     ) -> None:
         super().__init__(name="chaos-producer", daemon=True)
         self.bootstrap, self.topic, self.records, self.seconds = bootstrap, topic, records, seconds
+        self._deadline = time.monotonic() + seconds
+        self._deadline_lock = threading.Lock()
         self.delivered = 0
         self.errors: list[str] = []
         self.failure: BaseException | None = None
+
+    def extend_to(self, deadline: float) -> None:
+        """Spread the records left over until ``deadline`` (monotonic seconds) if that is
+        later than planned: node faults that took longer than planned (a broker restart on a
+        loaded machine) must still find records flowing, and later faults too."""
+        with self._deadline_lock:
+            self._deadline = max(self._deadline, deadline)
+
+    @property
+    def deadline(self) -> float:
+        with self._deadline_lock:
+            return self._deadline
 
     def run(self) -> None:
         try:
@@ -177,11 +191,15 @@ class PacedProducer(threading.Thread):
             else:
                 self.errors.append(str(err))
 
-        start = time.monotonic()
-        rate = len(self.records) / self.seconds
+        total = len(self.records)
+        anchor_t, anchor_i, anchor_deadline = time.monotonic(), 0, self.deadline
         for i, (key, seq) in enumerate(self.records):
             if i % 50 == 0:
-                ahead = start + i / rate - time.monotonic()
+                deadline = self.deadline
+                if deadline != anchor_deadline:  # stretched: the rest at a slower pace
+                    anchor_t, anchor_i, anchor_deadline = time.monotonic(), i, deadline
+                per_record = max(0.0, anchor_deadline - anchor_t) / (total - anchor_i)
+                ahead = anchor_t + (i - anchor_i) * per_record - time.monotonic()
                 if ahead > 0:
                     time.sleep(ahead)
                 producer.poll(0)

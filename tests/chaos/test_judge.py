@@ -135,6 +135,19 @@ def test_starts_of_a_stalled_member_before_it_noticed_the_expiry_are_taken_out()
     assert len(found) == 1 and "seq 2" in found[0]
 
 
+def test_a_start_journaled_before_the_harness_stamped_the_sigcont_is_a_zombie_start() -> None:
+    """Finding 18: the harness stamps the SIGCONT after sending it; on a loaded machine the
+    member ran first and journaled a start 20 ms before that stamp. Nothing can start while
+    the process is stopped, so the start came after the SIGCONT all the same."""
+    from tests.chaos.analysis import _drop_zombie_starts
+
+    stall = Fault("member_stall", 0.0, pid=7, t_fault=1 * S, t_recovered=5 * S, expired=True)
+    stall.t_noticed = 6 * S
+    early = [Event("S", KEY, 2, 7, 0, 11, int(4.98 * S), 1), Event("E", KEY, 2, 7, 0, 11, 7 * S, 1)]
+    kept, found = _drop_zombie_starts(early, [stall])
+    assert kept == [] and len(found) == 1
+
+
 def _killed_mid_rebalance(
     committed: dict[int, tuple[int, frozenset[int]]], group: GroupStates
 ) -> tuple[ChaosResult, Fault]:
