@@ -67,6 +67,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.unit)
         if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+        if "topology_cluster" in getattr(item, "fixturenames", ()):
+            # Six more JVMs: `-m "not topology"` leaves them out of a quick run.
+            item.add_marker(pytest.mark.topology)
         if item.get_closest_marker("unit") is not None and not item.get_closest_marker("timeout"):
             # No server, no subprocess: a deadlock here should fail in seconds, not minutes.
             item.add_marker(pytest.mark.timeout(_UNIT_TIMEOUT_S))

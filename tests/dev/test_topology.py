@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import ConfigResource, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
 from kazoo.client import KazooClient, KazooState
 
 from keyshared.cli.dev import dev
