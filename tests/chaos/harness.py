@@ -131,7 +131,10 @@ def run_chaos(
             snapshots = CommitWatch(bootstrap, group, topic, plan.partitions)
             result.group_states = GroupStates(bootstrap, group, workdir / "group-states")
         not_before = started
-        for fault in faults:
+        for k, fault in enumerate(faults):
+            if plan.topology:  # records up to the next fault's planned time, no further
+                upto = faults[k + 1].at if k + 1 < len(faults) else plan.fault_seconds
+                producer.allow_until(upto / plan.fault_seconds)
             # Faults do not pile up: one starts at least FAULT_GAP_S after the previous one
             # recovered, so that each one's convergence is its own.
             delay = max(started + fault.at, not_before + FAULT_GAP_S) - time.monotonic()
@@ -143,11 +146,9 @@ def run_chaos(
             else:
                 _inject(fault, plan, cluster, members, tail, rng, snapshots)
             not_before = time.monotonic()
-            if plan.topology:
-                # The rest of the schedule still gets records, however long this one took.
-                producer.extend_to(not_before + plan.fault_seconds - fault.at)
             progress(f"  {fault.describe(t0)}; {tail.poll()} records finished so far")
-        producer.join(max(0.0, producer.deadline - time.monotonic()) + 240)
+        producer.allow_until(1.0)
+        producer.join(plan.fault_seconds + 240)
         assert not producer.is_alive(), "the producer never finished"
         if producer.failure is not None:
             raise producer.failure

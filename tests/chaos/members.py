@@ -155,23 +155,21 @@ class PacedProducer(threading.Thread):
     ) -> None:
         super().__init__(name="chaos-producer", daemon=True)
         self.bootstrap, self.topic, self.records, self.seconds = bootstrap, topic, records, seconds
-        self._deadline = time.monotonic() + seconds
-        self._deadline_lock = threading.Lock()
+        self._allowed = 1.0  # share of the records it may produce now
+        self._allowed_changed = threading.Condition()
         self.delivered = 0
         self.errors: list[str] = []
         self.failure: BaseException | None = None
 
-    def extend_to(self, deadline: float) -> None:
-        """Spread the records left over until ``deadline`` (monotonic seconds) if that is
-        later than planned: node faults that took longer than planned (a broker restart on a
-        loaded machine) must still find records flowing, and later faults too."""
-        with self._deadline_lock:
-            self._deadline = max(self._deadline, deadline)
-
-    @property
-    def deadline(self) -> float:
-        with self._deadline_lock:
-            return self._deadline
+    def allow_until(self, share: float) -> None:
+        """Produce at most ``share`` of the records until allowed more; the pace resumes where
+        it stopped, as if the wait had not been. The topology runs keep production in step
+        with their schedule: a node fault that takes longer than planned (a broker restart on
+        a loaded machine) must not see the rest of the records go by before the faults after
+        it, which would then hit an idle group."""
+        with self._allowed_changed:
+            self._allowed = share
+            self._allowed_changed.notify_all()
 
     def run(self) -> None:
         try:
@@ -192,14 +190,17 @@ class PacedProducer(threading.Thread):
                 self.errors.append(str(err))
 
         total = len(self.records)
-        anchor_t, anchor_i, anchor_deadline = time.monotonic(), 0, self.deadline
+        rate = total / self.seconds
+        start = time.monotonic()
         for i, (key, seq) in enumerate(self.records):
             if i % 50 == 0:
-                deadline = self.deadline
-                if deadline != anchor_deadline:  # stretched: the rest at a slower pace
-                    anchor_t, anchor_i, anchor_deadline = time.monotonic(), i, deadline
-                per_record = max(0.0, anchor_deadline - anchor_t) / (total - anchor_i)
-                ahead = anchor_t + (i - anchor_i) * per_record - time.monotonic()
+                with self._allowed_changed:
+                    held = time.monotonic()
+                    while i >= self._allowed * total:
+                        producer.poll(0)
+                        self._allowed_changed.wait(0.1)
+                    start += time.monotonic() - held  # the wait does not count as produced time
+                ahead = start + i / rate - time.monotonic()
                 if ahead > 0:
                     time.sleep(ahead)
                 producer.poll(0)
