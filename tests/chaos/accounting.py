@@ -174,7 +174,8 @@ def measure_convergence(calls: list[Call], result: ChaosResult) -> None:
     Affected keys: for a member fault, those the victim was running at the fault or had
     finished within the second before; for a server restart, every key finished within the
     second before. Keys that finish nothing after the fault (all their records were done) are
-    left out. The figure includes the wait for a key's next record to arrive.
+    left out. The figure includes the wait for a key's next record to arrive, but not the
+    stretches in which the schedule held the producer back (``result.producer_pauses``).
     """
     second = 1_000_000_000
     finishes: dict[bytes | None, list[int]] = defaultdict(list)
@@ -204,7 +205,10 @@ def measure_convergence(calls: list[Call], result: ChaosResult) -> None:
             times = finishes[key]
             i = bisect.bisect_right(times, t)
             if i < len(times):
-                delays.append((times[i] - t) / 1e9)
+                held = sum(
+                    max(0, min(hi, times[i]) - max(lo, t)) for lo, hi in result.producer_pauses
+                )
+                delays.append((times[i] - t - held) / 1e9)
         fault.affected_keys = len(delays)
         if delays:
             fault.resumed_s, fault.converged_s = min(delays), max(delays)

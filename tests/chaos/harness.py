@@ -154,6 +154,7 @@ def run_chaos(
             raise producer.failure
         assert not producer.errors, f"production failed: {producer.errors[:3]}"
         result.produced = producer.delivered
+        result.producer_pauses = producer.pauses
         assert result.produced == len(records), f"{result.produced} of {len(records)} delivered"
         _await_commits(plan, bootstrap, group, topic, tail, progress, members)
         result.exit_codes = members.stop_all()

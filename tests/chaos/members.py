@@ -157,6 +157,7 @@ class PacedProducer(threading.Thread):
         self.bootstrap, self.topic, self.records, self.seconds = bootstrap, topic, records, seconds
         self._allowed = 1.0  # share of the records it may produce now
         self._allowed_changed = threading.Condition()
+        self.pauses: list[tuple[int, int]] = []  # (from, to) ns, monotonic: held by the schedule
         self.delivered = 0
         self.errors: list[str] = []
         self.failure: BaseException | None = None
@@ -195,11 +196,14 @@ class PacedProducer(threading.Thread):
         for i, (key, seq) in enumerate(self.records):
             if i % 50 == 0:
                 with self._allowed_changed:
-                    held = time.monotonic()
+                    held = time.monotonic_ns()
                     while i >= self._allowed * total:
                         producer.poll(0)
                         self._allowed_changed.wait(0.1)
-                    start += time.monotonic() - held  # the wait does not count as produced time
+                    released = time.monotonic_ns()
+                if released - held > 1_000_000:
+                    self.pauses.append((held, released))
+                    start += (released - held) / 1e9  # the wait does not count as produced time
                 ahead = start + i / rate - time.monotonic()
                 if ahead > 0:
                     time.sleep(ahead)

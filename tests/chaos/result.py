@@ -54,6 +54,9 @@ class ChaosResult:
     killed_in_rebalance_duplicates: int = 0
     # sessions expired other than in a stall (a ZooKeeper member's crash must not expire any)
     unexpected_expiries: list[str] = field(default_factory=list)
+    # the producer held back by the schedule (topology runs): no key can finish a record that
+    # was not produced, so convergence does not count these stretches
+    producer_pauses: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def in_flight(self) -> int:
