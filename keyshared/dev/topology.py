@@ -36,29 +36,25 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from keyshared.dev import kafka, process, zookeeper
 from keyshared.dev.errors import ClusterNotRunningError, DevClusterError, PortInUseError
-from keyshared.dev.files import ServerFiles
-from keyshared.dev.jars import fetch_jars, pinned_versions
-from keyshared.dev.launch import DEFAULT_START_TIMEOUT_S, await_answer
+from keyshared.dev.jars import fetch_jars
+from keyshared.dev.launch import DEFAULT_START_TIMEOUT_S
 from keyshared.dev.parallel import combined_error, run_parallel
 from keyshared.dev.ports import (
-    LOOPBACK,
-    accepts_connections,
     await_port_released,
     free_ports,
     port_is_free,
 )
 from keyshared.dev.runtime import default_runtime_dir, folder_lock
-from keyshared.dev.status import BOOTSTRAP_ENV, ZOOKEEPER_ENV, ServerStatus
+from keyshared.dev.status import BOOTSTRAP_ENV, ZOOKEEPER_ENV
 from keyshared.dev.tools import find_java
+from keyshared.dev.topology_launch import NodeLauncher, quiet_client
 from keyshared.dev.topology_state import (
     TOPOLOGY_FILE,
     BrokerNode,
@@ -67,6 +63,7 @@ from keyshared.dev.topology_state import (
     load_topology,
     save_topology,
 )
+from keyshared.dev.topology_status import TopologyStatus, probe_topology
 
 __all__ = ["TopologyCluster", "TopologyStatus", "has_topology"]
 
@@ -74,40 +71,11 @@ log = logging.getLogger(__name__)
 
 _STOP_TIMEOUT_S = 30.0  # a controlled shutdown moves leaderships first; past this, SIGKILL
 _QUORUM_PROBE_S = 0.2
-# Probes of a node that is down or starting must not print librdkafka's connection errors.
-_quiet = logging.getLogger("keyshared.dev.topology.probe")
-_quiet.addHandler(logging.NullHandler())
-_quiet.propagate = False
 
 
 def has_topology(runtime_dir: Path) -> bool:
     """Whether ``runtime_dir`` holds a multi-node cluster (rather than a single-node one)."""
     return (runtime_dir / TOPOLOGY_FILE).is_file()
-
-
-@dataclass(frozen=True)
-class TopologyStatus:
-    """Every node as seen now, and the environment that points clients at all of them."""
-
-    runtime_dir: Path
-    brokers: list[ServerStatus]
-    zookeepers: list[ServerStatus]
-    roles: dict[str, str]  # node name -> ZooKeeper `leader` / `follower` (serving members)
-
-    @property
-    def ready(self) -> bool:
-        return all(node.answering for node in (*self.brokers, *self.zookeepers))
-
-    def env(self) -> dict[str, str]:
-        """Every running node's address, comma-separated, as clients take them."""
-        brokers = [node.address for node in self.brokers if node.running and node.address]
-        ensemble = [node.address for node in self.zookeepers if node.running and node.address]
-        if not (brokers and ensemble):
-            raise ClusterNotRunningError(
-                f"no local cluster is running in {self.runtime_dir}; start it with "
-                "`keyshared dev up --brokers N --zookeepers N`"
-            )
-        return {BOOTSTRAP_ENV: ",".join(brokers), ZOOKEEPER_ENV: ",".join(ensemble)}
 
 
 class TopologyCluster:
@@ -147,12 +115,18 @@ class TopologyCluster:
         self.brokers, self.zookeepers = brokers, zookeepers
         self.replicas = min(brokers, 3)
         self._jar_cache = jar_cache
-        self._start_timeout = start_timeout
         self._stop_timeout = stop_timeout
-        self._kafka_heap_mb = kafka_heap_mb
-        self._zookeeper_heap_mb = zookeeper_heap_mb
-        self._kafka_overrides = dict(kafka_overrides or {})
         self._state_lock = threading.Lock()
+        self._launcher = NodeLauncher(
+            self.runtime_dir,
+            save=self._save,
+            jar_cache=jar_cache,
+            start_timeout=start_timeout,
+            kafka_heap_mb=kafka_heap_mb,
+            zookeeper_heap_mb=zookeeper_heap_mb,
+            kafka_overrides=kafka_overrides or {},
+            replicas=self.replicas,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -183,7 +157,7 @@ class TopologyCluster:
         """
         with folder_lock(self.runtime_dir):
             state = self._load_or_plan()
-            down = [n.name for n in state.nodes if not self._running(n)]
+            down = [n.name for n in state.nodes if not self._launcher.running(n)]
             if down:
                 find_java()
                 fetch_jars(self._jar_cache)
@@ -191,11 +165,11 @@ class TopologyCluster:
             tasks: dict[str, Callable[[], None]] = {}
             for broker in state.brokers:
                 tasks[broker.name] = functools.partial(
-                    self._start_broker, state, broker, abort, started
+                    self._launcher.start_broker, state, broker, abort, started
                 )
             for member in state.zookeepers:
                 tasks[member.name] = functools.partial(
-                    self._start_zookeeper, state, member, abort, started
+                    self._launcher.start_zookeeper, state, member, abort, started
                 )
             try:
                 errors = run_parallel(tasks, abort)
@@ -205,7 +179,9 @@ class TopologyCluster:
             if errors:
                 self._stop_names(state, started)
                 raise combined_error(errors)
-            return self._status(state, started, probe_timeout=None)
+            return probe_topology(
+                self.runtime_dir, state, self._launcher, started, probe_timeout=None
+            )
 
     def down(self) -> dict[str, int]:
         """Stop every node (SIGTERM, SIGKILL after ``stop_timeout``); node name -> pid stopped.
@@ -226,9 +202,9 @@ class TopologyCluster:
                 if errors:
                     raise combined_error(errors)
             for node in state.nodes:
-                for pid in process.find_processes(self._files(node).marker):
+                for pid in process.find_processes(self._launcher.files(node).marker):
                     log.warning("stopping stray %s pid %d", node.name, pid)
-                    process.stop(pid, self._files(node).marker, self._stop_timeout)
+                    process.stop(pid, self._launcher.files(node).marker, self._stop_timeout)
                     stopped.setdefault(node.name, pid)
             return stopped
 
@@ -241,21 +217,25 @@ class TopologyCluster:
             state = load_topology(self.state_file)
             if state is None:
                 return
-            if any(self._running(n) for n in state.nodes):
+            if any(self._launcher.running(n) for n in state.nodes):
                 raise DevClusterError(f"the cluster in {self.runtime_dir} is running; stop it")
             for node in state.nodes:
-                shutil.rmtree(self._files(node).home, ignore_errors=True)
+                shutil.rmtree(self._launcher.files(node).home, ignore_errors=True)
             shutil.rmtree(self.runtime_dir / "logs", ignore_errors=True)
             self.state_file.unlink(missing_ok=True)
 
     def status(self, probe_timeout: float = 2.0) -> TopologyStatus:
         """Each node's address, pid, whether it answers now, and the ZooKeeper roles."""
         state = self._loaded()
-        return self._status(state, [], probe_timeout=probe_timeout)
+        return probe_topology(
+            self.runtime_dir, state, self._launcher, [], probe_timeout=probe_timeout
+        )
 
     def env(self) -> dict[str, str]:
         """`KEYSHARED_BOOTSTRAP_SERVERS` and `KEYSHARED_ZOOKEEPER` with every running node."""
-        return self._status(self._loaded(), [], probe_timeout=None).env()
+        return probe_topology(
+            self.runtime_dir, self._loaded(), self._launcher, [], probe_timeout=None
+        ).env()
 
     @property
     def bootstrap_servers(self) -> str:
@@ -280,7 +260,7 @@ class TopologyCluster:
             node = state.broker(node_id)
             for port in (node.port, node.controller_port):
                 await_port_released(node.name, port)
-            self._start_broker(state, node, threading.Event(), [])
+            self._launcher.start_broker(state, node, threading.Event(), [])
 
     def stop_zookeeper_node(self, node_id: int, *, kill: bool = False) -> None:
         """Stop one ZooKeeper member, keeping its ports and data; ``kill=True``: SIGKILL."""
@@ -295,7 +275,7 @@ class TopologyCluster:
             node = state.zookeeper(node_id)
             for port in (node.port, node.quorum_port, node.election_port):
                 await_port_released(node.name, port)
-            self._start_zookeeper(state, node, threading.Event(), [])
+            self._launcher.start_zookeeper(state, node, threading.Event(), [])
 
     def broker_ids(self) -> list[int]:
         return [node.node_id for node in self._loaded().brokers]
@@ -346,7 +326,7 @@ class TopologyCluster:
     # -- internals --------------------------------------------------------------------------
 
     def _admin(self) -> AdminClient:
-        return AdminClient(_client(self.bootstrap_servers))
+        return AdminClient(quiet_client(self.bootstrap_servers))
 
     def _loaded(self) -> TopologyState:
         state = load_topology(self.state_file)
@@ -376,7 +356,7 @@ class TopologyCluster:
                 "it first, or use another --runtime-dir"
             )
         for node in state.nodes:
-            if not self._running(node):
+            if not self._launcher.running(node):
                 node.pid = None
                 for port in _ports(node):
                     if not port_is_free(port):
@@ -388,80 +368,12 @@ class TopologyCluster:
         with self._state_lock:
             save_topology(self.state_file, state)
 
-    def _files(self, node: BrokerNode | ZooKeeperNode) -> ServerFiles:
-        config = "server.properties" if isinstance(node, BrokerNode) else "zoo.cfg"
-        return ServerFiles.in_runtime(self.runtime_dir, node.name, config)
-
-    def _running(self, node: BrokerNode | ZooKeeperNode) -> bool:
-        return node.pid is not None and process.is_running(node.pid, self._files(node).marker)
-
-    def _start_broker(
-        self, state: TopologyState, node: BrokerNode, abort: threading.Event, started: list[str]
-    ) -> None:
-        files = self._files(node)
-        if not self._running(node):
-            java, jars = find_java(), fetch_jars(self._jar_cache)
-            voters = {broker.node_id: broker.controller_port for broker in state.brokers}
-            kafka.write_config(
-                files,
-                node.port,
-                node.controller_port,
-                self._kafka_overrides,
-                node_id=node.node_id,
-                voters=voters,
-                replicas=self.replicas,
-            )
-            if not kafka.is_formatted(files):
-                kafka.format_storage(java, jars, files, state.cluster_id)
-            if abort.is_set():
-                return
-            command = kafka.server_command(java, jars, files, self._kafka_heap_mb)
-            node.pid = process.spawn(command, files.console_file, files.home)
-            started.append(node.name)
-            self._save(state)
-            log.info("started %s pid %d on %s:%d", node.name, node.pid, LOOPBACK, node.port)
-        assert node.pid is not None
-        await_answer(
-            f"Kafka node {node.node_id}",
-            node.pid,
-            files.marker,
-            lambda: _lists_itself(node.port, node.node_id),
-            (files.log_file, files.console_file),
-            abort,
-            self._start_timeout,
-        )
-
-    def _start_zookeeper(
-        self, state: TopologyState, node: ZooKeeperNode, abort: threading.Event, started: list[str]
-    ) -> None:
-        files = self._files(node)
-        if not self._running(node):
-            java, jars = find_java(), fetch_jars(self._jar_cache)
-            zookeeper.write_config(
-                files, node.port, me=node.peer, peers=[member.peer for member in state.zookeepers]
-            )
-            command = zookeeper.server_command(
-                java, jars, files, self._zookeeper_heap_mb, ensemble=True
-            )
-            node.pid = process.spawn(command, files.console_file, files.home)
-            started.append(node.name)
-            self._save(state)
-            log.info("started %s pid %d on %s:%d", node.name, node.pid, LOOPBACK, node.port)
-        assert node.pid is not None
-        await_answer(
-            f"ZooKeeper member {node.node_id}",
-            node.pid,
-            files.marker,
-            lambda: zookeeper.server_mode(node.port) in ("leader", "follower"),
-            (files.log_file, files.console_file),
-            abort,
-            self._start_timeout,
-        )
-
     def _stop(self, state: TopologyState, node: BrokerNode | ZooKeeperNode, *, kill: bool) -> int:
         """Stop ``node`` if it runs; record it stopped; return its pid (0: it was not running)."""
         pid = node.pid or 0
-        stopped = pid and process.stop(pid, self._files(node).marker, self._stop_timeout, kill=kill)
+        stopped = pid and process.stop(
+            pid, self._launcher.files(node).marker, self._stop_timeout, kill=kill
+        )
         node.pid = None
         self._save(state)
         return pid if stopped else 0
@@ -477,60 +389,8 @@ class TopologyCluster:
             if node.name in names:
                 self._stop(state, node, kill=False)
 
-    def _status(
-        self, state: TopologyState, started: list[str], *, probe_timeout: float | None
-    ) -> TopologyStatus:
-        versions = pinned_versions()
-        roles: dict[str, str] = {}
-
-        def one(node: BrokerNode | ZooKeeperNode) -> ServerStatus:
-            running = self._running(node)
-            if isinstance(node, BrokerNode):
-                answering = running and (
-                    probe_timeout is None or _lists_itself(node.port, node.node_id, probe_timeout)
-                )
-                version = versions.kafka
-            else:
-                mode = zookeeper.server_mode(node.port) if running and probe_timeout else None
-                if mode:
-                    roles[node.name] = mode
-                answering = running and (probe_timeout is None or mode is not None)
-                version = versions.zookeeper
-            return ServerStatus(
-                name=node.name,
-                version=version,
-                address=f"{LOOPBACK}:{node.port}",
-                pid=node.pid if running else None,
-                answering=answering,
-                started=node.name in started,
-                log_file=self._files(node).log_file,
-            )
-
-        return TopologyStatus(
-            runtime_dir=self.runtime_dir,
-            brokers=[one(node) for node in state.brokers],
-            zookeepers=[one(node) for node in state.zookeepers],
-            roles=roles,
-        )
-
 
 def _ports(node: BrokerNode | ZooKeeperNode) -> tuple[int, ...]:
     if isinstance(node, BrokerNode):
         return (node.port, node.controller_port)
     return (node.port, node.quorum_port, node.election_port)
-
-
-def _lists_itself(port: int, node_id: int, timeout: float = 2.0) -> bool:
-    """Whether the broker on ``port`` answers a metadata request that lists itself (it
-    registered with the controller quorum and is unfenced, not only listening)."""
-    if not accepts_connections(port):
-        return False
-    admin = AdminClient(_client(f"{LOOPBACK}:{port}"))
-    try:
-        return node_id in admin.list_topics(timeout=timeout).brokers
-    except KafkaException:
-        return False
-
-
-def _client(bootstrap: str) -> dict[str, Any]:
-    return {"bootstrap.servers": bootstrap, "logger": _quiet}
