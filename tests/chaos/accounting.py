@@ -105,7 +105,12 @@ def account_duplicates(
                 result.late_commit_duplicates += (first.pid, rid) not in at_risk
         if (first.pid, rid) in at_risk:
             continue
-        if any(f.cause == "lost" and f.pid == first.pid and first.end <= f.t for f in fences):
+        # The group took its partitions, or its ZooKeeper session expired (fenced: what it
+        # finished but had not written to a cursor is discarded and redone).
+        if any(
+            f.cause in ("lost", "expired") and f.pid == first.pid and first.end <= f.t_resume
+            for f in fences
+        ):
             result.lost_partition_duplicates += 1
             continue
         if any(

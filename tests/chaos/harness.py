@@ -54,6 +54,7 @@ from tests.chaos.fences import (
     fences_from_logs,
     handovers_from_logs,
     log_time,
+    session_expiries,
     unexpected_expiries,
 )
 from tests.chaos.members import Members, PacedProducer
@@ -171,12 +172,16 @@ def run_chaos(
     result.verify_problems = [str(p.get("detail")) for p in verify.get("problems", [])]  # type: ignore[attr-defined, union-attr]
     result.verify_dead_letters = sum(verify.get("dead_letters", {}).values())  # type: ignore[attr-defined, union-attr]
     expected = dict.fromkeys(keys, plan.per_key)
-    fences = fences_from_logs(members, clock_offset_ns)
     result.handovers = handovers_from_logs(members, clock_offset_ns)
     for fault in faults:
         if fault.kind == "member_stall" and fault.expired:
-            fault.t_noticed = log_time(members, fault.target, EXPIRED_LOG, clock_offset_ns)
-    result.unexpected_expiries = unexpected_expiries(members, faults, clock_offset_ns)
+            fault.t_noticed = log_time(
+                members, fault.target, EXPIRED_LOG, clock_offset_ns, after=fault.t_fault
+            )
+    expiries = session_expiries(members, faults, clock_offset_ns)
+    result.unexpected_expiries = unexpected_expiries(expiries, faults, plan.session_timeout)
+    result.other_expiries = [f"{name}: t={fence.t_resume}" for name, fence in expiries]
+    fences = [*fences_from_logs(members, clock_offset_ns), *(fence for _, fence in expiries)]
     analyse(read_journal(members.journal), plan, expected, members.killed, dead, result, fences)
     delete_topics(AdminClient({"bootstrap.servers": bootstrap}), [topic, dlq])
     return result

@@ -239,3 +239,44 @@ def test_convergence_does_not_count_the_stretch_the_schedule_held_the_producer()
     after = Call(1, (KEY, 2), start=int(79.9 * S), end=80 * S, kind="E")
     measure_convergence([before, after], result)
     assert fault.converged_s == pytest.approx(9.0)
+
+
+class _Logs:
+    """Members' logs only (``log(name)``), as the fence readers use them."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.names_by_pid = {7: "M1"}
+
+    def log(self, name: str) -> str:
+        return self.text
+
+
+_TWO_EXPIRIES = (
+    "2026-11-26 00:40:35,840 INFO coordinator.session: ZooKeeper session suspended\n"
+    "2026-11-26 00:40:35,866 ERROR coordinator.plug.session_gate: ZooKeeper session expired: x\n"
+    "2026-11-26 00:41:44,978 INFO coordinator.session: ZooKeeper session suspended\n"
+    "2026-11-26 00:41:50,484 ERROR coordinator.plug.session_gate: ZooKeeper session expired: x\n"
+)
+
+
+def test_a_stall_is_noticed_at_its_own_expiry_not_at_a_later_one() -> None:
+    """Finding 20: a stalled member whose session expired again a minute later (an ensemble
+    starved under load) had its stall "noticed" at the later expiry, so every call it started
+    in between counted as a zombie start and was taken out of the timeline: 123 records looked
+    lost and 106 overtaken. The stall's expiry is the first one after the stall."""
+    from datetime import datetime
+
+    from tests.chaos.fences import log_time, session_expiries
+    from tests.chaos.plan import EXPIRED_LOG
+
+    offset = int(datetime(2026, 11, 26, 0, 0, 0).timestamp() * 1e9)
+    stalled = int((40 * 60 + 30) * S)
+    logs = _Logs(_TWO_EXPIRIES)
+    noticed = log_time(logs, "M1", EXPIRED_LOG, offset, after=stalled)  # type: ignore[arg-type]
+    assert noticed == pytest.approx((40 * 60 + 35.866) * S, abs=1e6)
+    stall = Fault("member_stall", 0.0, target="M1", pid=7, t_fault=stalled)
+    [(name, fence)] = session_expiries(logs, [stall], offset)  # type: ignore[arg-type]
+    assert name == "M1" and fence.cause == "expired"
+    assert fence.t == pytest.approx((41 * 60 + 44.978) * S, abs=1e6)
+    assert fence.t_resume == pytest.approx((41 * 60 + 50.484) * S, abs=1e6)
