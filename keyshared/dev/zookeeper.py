@@ -80,10 +80,12 @@ def ensemble_settings(
     """zoo.cfg of one ensemble member: :func:`server_settings` plus the ensemble's."""
     settings = server_settings(files, me.client_port)
     settings.update({
-        # Ticks a follower may take to connect and sync to a leader, and to lag behind it:
-        # 5 s and 2.5 s at the 500 ms tick, so a restarted member rejoins within seconds.
-        "initLimit": "10",
-        "syncLimit": "5",
+        # Ticks a follower may take to connect and sync to a leader (10 s), and to lag behind
+        # it (5 s) at the 500 ms tick. 2.5 s of lag (syncLimit 5) was too little on a shared
+        # two-core machine: at load averages near 100 the ensemble dropped its followers and,
+        # with them, every client, and 4 s sessions expired.
+        "initLimit": "20",
+        "syncLimit": "10",
         # `srvr` says whether a member serves, and as leader or follower (`ruok` answers
         # `imok` even while a member has no quorum): the readiness probe and the chaos runs.
         "4lw.commands.whitelist": "ruok,stat,mntr,srvr",

@@ -128,8 +128,11 @@ def unexpected_expiries(
     are fences like any other (:func:`session_expiries`) and only reported."""
     window = int((session_timeout_s + 2.0) * 1e9)
     ensemble = [(f.t_fault, f.t_recovered + window) for f in faults if f.kind in ENSEMBLE_FAULTS]
+    # Judged by when the member lost its connection (the fence), not by when it logged the
+    # expiry: a member cut off by an ensemble that had already lost its quorum before the crash
+    # was not cut off by the crash.
     return [
-        f"{name}: session expired at t={fence.t_resume}"
+        f"{name}: connection lost at t={fence.t}, session expired at t={fence.t_resume}"
         for name, fence in expiries
-        if any(lo <= fence.t_resume <= hi for lo, hi in ensemble)
+        if any(lo <= fence.t <= hi for lo, hi in ensemble)
     ]
