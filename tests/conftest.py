@@ -11,6 +11,13 @@ Where the servers come from, first match wins:
 3. Otherwise a `LocalCluster` (java + the cached jars) in a temporary runtime folder owned by
    this session, started on first use and stopped at the end.
 
+`topology_cluster` is a second, separate cluster for the production topology (issue 27): three
+Kafka nodes and a three-member ZooKeeper ensemble (`keyshared.dev.topology.TopologyCluster`),
+started on first use and stopped at the end of the session, so the tests that do not ask for
+it run on the single-node servers as before. `KEYSHARED_TOPOLOGY_DIR` names the runtime folder
+of a running one (`keyshared dev up --brokers 3 --zookeepers 3 --runtime-dir DIR`) to reuse
+instead; it is left running.
+
 Everything is lazy: a run that selects no test using these fixtures (`pytest -m unit`) starts
 no server.
 """
@@ -33,10 +40,21 @@ from keyshared.dev.testing import (
     delete_topics,
     unique_name,
 )
+from keyshared.dev.topology import TopologyCluster
 from keyshared.testing import BACKEND_ENV, Backend, kafka_cluster
 
 # Fixtures that need a live server: a test using any of them is an integration test.
-_SERVER_FIXTURES = {"kafka_bootstrap", "zookeeper_hosts", "local_cluster", "new_topic"}
+_SERVER_FIXTURES = {
+    "kafka_bootstrap",
+    "zookeeper_hosts",
+    "local_cluster",
+    "new_topic",
+    "topology_cluster",
+}
+TOPOLOGY_DIR_ENV = "KEYSHARED_TOPOLOGY_DIR"
+# Six server JVMs on a shared two-core machine: a node restarted under load has been seen to
+# take 65 s to rejoin (catching up on the metadata log, recovering its partitions).
+_TOPOLOGY_START_TIMEOUT_S = 180.0
 _CORE_TESTS = Path(__file__).parent / "core"
 _UNIT_TIMEOUT_S = 60
 
@@ -49,6 +67,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.unit)
         if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+        if "topology_cluster" in getattr(item, "fixturenames", ()):
+            # Six more JVMs: `-m "not topology"` leaves them out of a quick run.
+            item.add_marker(pytest.mark.topology)
         if item.get_closest_marker("unit") is not None and not item.get_closest_marker("timeout"):
             # No server, no subprocess: a deadlock here should fail in seconds, not minutes.
             item.add_marker(pytest.mark.timeout(_UNIT_TIMEOUT_S))
@@ -125,6 +146,38 @@ def local_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     cluster = servers.cluster
     yield cluster
     cluster.up()
+
+
+@pytest.fixture(scope="session")
+def _session_topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TopologyCluster]:
+    """Three Kafka nodes and a three-member ZooKeeper ensemble, for the whole session."""
+    external = os.environ.get(TOPOLOGY_DIR_ENV)
+    if external:
+        cluster = TopologyCluster.existing(external, start_timeout=_TOPOLOGY_START_TIMEOUT_S)
+        cluster.up()
+        yield cluster
+        return
+    cluster = TopologyCluster(
+        tmp_path_factory.mktemp("keyshared-topology"), start_timeout=_TOPOLOGY_START_TIMEOUT_S
+    )
+    try:
+        cluster.up()
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture
+def topology_cluster(request: pytest.FixtureRequest) -> Iterator[TopologyCluster]:
+    """The session's 3-broker / 3-ZooKeeper `TopologyCluster` (topics RF 3, min ISR 2).
+
+    Tests may kill and restart any node; after the test every node runs again and every
+    partition is back in sync.
+    """
+    cluster: TopologyCluster = request.getfixturevalue("_session_topology")
+    yield cluster
+    cluster.up()
+    cluster.await_in_sync()
 
 
 @pytest.fixture

@@ -27,12 +27,14 @@ from keyshared.dev import (
     pinned_versions,
 )
 from keyshared.dev.cluster import DEFAULT_START_TIMEOUT_S
+from keyshared.dev.topology import TopologyCluster, TopologyStatus, has_topology
 
 __all__ = ["dev"]
 
 _err = Console(stderr=True, highlight=False)
 _F = TypeVar("_F", bound=Callable[..., Any])
 _LABELS = {"kafka": "Kafka", "zookeeper": "ZooKeeper"}
+_Cluster = LocalCluster | TopologyCluster
 
 
 def _runtime_dir_option(func: _F) -> _F:
@@ -67,22 +69,37 @@ def dev() -> None:
     show_default=True,
     help="Seconds each server gets to answer.",
 )
-def up(runtime_dir: Path | None, timeout: float) -> None:
+@click.option(
+    "--brokers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Kafka nodes (each broker and KRaft controller). More than 1: topics get RF "
+    "min(N, 3) and min.insync.replicas one less. [default: 1, or what the folder holds]",
+)
+@click.option(
+    "--zookeepers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="ZooKeeper ensemble members. [default: 1, or what the folder holds]",
+)
+def up(
+    runtime_dir: Path | None, timeout: float, brokers: int | None, zookeepers: int | None
+) -> None:
     """Start Kafka and ZooKeeper (if not running); print `export` lines for eval."""
-    cluster = LocalCluster(runtime_dir, start_timeout=timeout)
+    cluster = _cluster(runtime_dir, brokers, zookeepers, start_timeout=timeout)
     versions = pinned_versions()
     began = time.monotonic()
     with _err.status(
         f"Starting Kafka {versions.kafka} and ZooKeeper {versions.zookeeper} "
         f"in {cluster.runtime_dir} ..."
     ):
-        status = _guarded(cluster.up)
+        status: ClusterStatus | TopologyStatus = _guarded(lambda: cluster.up())
     elapsed = time.monotonic() - began
-    for server in (status.kafka, status.zookeeper):
+    for server in _servers(status):
         how = f"started in {elapsed:.1f} s" if server.started else "already running"
-        label = f"{_LABELS[server.name]} {server.version}"
-        _err.print(f"[green]✓[/] {label:<16} [bold]{server.address}[/]  pid {server.pid}  {how}")
-    _err.print(f"  logs: {status.kafka.log_file.parent}   stop: keyshared dev down")
+        label = f"{_label(server.name)} {server.version}"
+        _err.print(f"[green]✓[/] {label:<18} [bold]{server.address}[/]  pid {server.pid}  {how}")
+    _err.print(f"  logs: {_servers(status)[0].log_file.parent}   stop: keyshared dev down")
     _err.print('  this shell: eval "$(keyshared dev env)"')
     _print_exports(status)
 
@@ -92,10 +109,10 @@ def up(runtime_dir: Path | None, timeout: float) -> None:
 @click.option("--purge", is_flag=True, help="Also delete the data and logs (next up is cold).")
 def down(runtime_dir: Path | None, purge: bool) -> None:
     """Stop the servers this folder's `up` started (SIGTERM, then SIGKILL)."""
-    cluster = LocalCluster(runtime_dir)
-    stopped = _guarded(cluster.down)
+    cluster = _cluster(runtime_dir)
+    stopped: dict[str, int] = _guarded(lambda: cluster.down())
     if stopped:
-        listed = ", ".join(f"{_LABELS[name]} (pid {pid})" for name, pid in sorted(stopped.items()))
+        listed = ", ".join(f"{_label(name)} (pid {pid})" for name, pid in sorted(stopped.items()))
         _err.print(f"Stopped {listed}.")
     else:
         _err.print(f"Nothing was running in {cluster.runtime_dir}.")
@@ -108,7 +125,7 @@ def down(runtime_dir: Path | None, purge: bool) -> None:
 @_runtime_dir_option
 def env(runtime_dir: Path | None) -> None:
     """Print `export KEYSHARED_BOOTSTRAP_SERVERS=...` and `export KEYSHARED_ZOOKEEPER=...`."""
-    for key, value in _guarded(LocalCluster(runtime_dir).env).items():
+    for key, value in _guarded(_cluster(runtime_dir).env).items():
         click.echo(f"export {key}={shlex.quote(value)}")
 
 
@@ -116,20 +133,23 @@ def env(runtime_dir: Path | None) -> None:
 @_runtime_dir_option
 def status(runtime_dir: Path | None) -> None:
     """Show each server's address, pid and whether it answers; exit 1 unless both do."""
-    cluster_status = _guarded(LocalCluster(runtime_dir).status)
+    cluster = _cluster(runtime_dir)
+    cluster_status: ClusterStatus | TopologyStatus = _guarded(lambda: cluster.status())
+    roles = cluster_status.roles if isinstance(cluster_status, TopologyStatus) else {}
     table = Table(title=f"local cluster in {cluster_status.runtime_dir}", title_justify="left")
     for column in ("server", "version", "address", "pid", "state"):
         table.add_column(column)
-    for server in (cluster_status.kafka, cluster_status.zookeeper):
+    for server in _servers(cluster_status):
+        role = f" ({roles[server.name]})" if server.name in roles else ""
         table.add_row(
-            _LABELS[server.name],
+            _label(server.name),
             server.version,
             server.address or "-",
             str(server.pid) if server.pid else "-",
-            _state_label(server),
+            _state_label(server) + role,
         )
     _err.print(table)
-    _err.print(f"logs: {cluster_status.kafka.log_file.parent}")
+    _err.print(f"logs: {_servers(cluster_status)[0].log_file.parent}")
     if not cluster_status.ready:
         raise SystemExit(1)
 
@@ -180,7 +200,45 @@ def image(rebuild: bool) -> None:
     click.echo(build.tag)
 
 
-def _print_exports(status: ClusterStatus) -> None:
+def _cluster(
+    runtime_dir: Path | None,
+    brokers: int | None = None,
+    zookeepers: int | None = None,
+    *,
+    start_timeout: float = DEFAULT_START_TIMEOUT_S,
+) -> _Cluster:
+    """The folder's cluster: a multi-node one if asked for or recorded there, else the
+    single-node `LocalCluster`."""
+    single = LocalCluster(runtime_dir, start_timeout=start_timeout)
+    folder = single.runtime_dir
+    if has_topology(folder):
+        if brokers is None and zookeepers is None:
+            return _guarded(TopologyCluster.existing, folder, start_timeout=start_timeout)
+    elif (brokers or 1) == 1 and (zookeepers or 1) == 1:
+        return single
+    if single.state_file.is_file():
+        raise click.ClickException(
+            f"{folder} holds a single-node cluster; use another --runtime-dir for "
+            f"--brokers {brokers or 1} --zookeepers {zookeepers or 1}"
+        )
+    return TopologyCluster(
+        folder, brokers=brokers or 1, zookeepers=zookeepers or 1, start_timeout=start_timeout
+    )
+
+
+def _servers(status: ClusterStatus | TopologyStatus) -> list[ServerStatus]:
+    if isinstance(status, TopologyStatus):
+        return [*status.brokers, *status.zookeepers]
+    return [status.kafka, status.zookeeper]
+
+
+def _label(name: str) -> str:
+    """``kafka`` -> ``Kafka``; ``zookeeper-2`` -> ``ZooKeeper 2``."""
+    kind, _, node = name.partition("-")
+    return f"{_LABELS[kind]} {node}".rstrip()
+
+
+def _print_exports(status: ClusterStatus | TopologyStatus) -> None:
     """stdout gets only the eval-able lines, so `eval "$(keyshared dev up)"` works too."""
     for key, value in _guarded(status.env).items():
         click.echo(f"export {key}={shlex.quote(value)}")

@@ -1,4 +1,4 @@
-"""The Kafka broker of the local cluster: one KRaft node that is both broker and controller.
+"""The Kafka brokers of the local cluster: KRaft nodes that are each broker and controller.
 
 This module knows Kafka's files and flags; process control and waiting live in `cluster.py`.
 Every setting that differs from Kafka's default is in `broker_settings`, with the reason.
@@ -34,6 +34,8 @@ __all__ = [
     "format_storage",
     "is_formatted",
     "kafka_files",
+    "listener_settings",
+    "new_cluster_id",
     "sasl_client_config",
     "sasl_settings",
     "server_command",
@@ -57,32 +59,64 @@ def is_formatted(files: KafkaFiles) -> bool:
     return (files.data / "meta.properties").is_file()
 
 
-def broker_settings(files: KafkaFiles, broker_port: int, controller_port: int) -> dict[str, str]:
-    """The broker's server.properties, each deviation from Kafka's defaults with its reason."""
+def listener_settings(broker_port: int, controller_port: int) -> dict[str, str]:
+    """The listener entries of server.properties: one PLAINTEXT client listener and the
+    controller listener, both on loopback.
+
+    Kept apart from :func:`broker_settings` so that a variant (SASL, see :func:`sasl_settings`;
+    an extra listener behind a proxy) replaces exactly these keys and nothing else.
+    """
     return {
-        # KRaft combined mode: a single JVM is broker and controller, no ZooKeeper involved.
-        "process.roles": "broker,controller",
-        "node.id": str(_NODE_ID),
-        # A static voter set: ports live only in this file (not in the formatted metadata), so
-        # a warm start may move to new ports if the old ones were taken meanwhile.
-        "controller.quorum.voters": f"{_NODE_ID}@{LOOPBACK}:{controller_port}",
         # Loopback only: a dev broker must not be reachable from the network.
         "listeners": f"PLAINTEXT://{LOOPBACK}:{broker_port},CONTROLLER://{LOOPBACK}:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{broker_port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+    }
+
+
+def broker_settings(
+    files: KafkaFiles,
+    broker_port: int,
+    controller_port: int,
+    *,
+    node_id: int = _NODE_ID,
+    voters: Mapping[int, int] | None = None,
+    replicas: int = 1,
+) -> dict[str, str]:
+    """The broker's server.properties, each deviation from Kafka's defaults with its reason.
+
+    :param node_id: this node's KRaft id.
+    :param voters: node id -> controller port of every controller of the quorum (default:
+        this node alone). Every node of the local cluster is broker and controller.
+    :param replicas: replication factor of new topics and internal topics; ``min.insync.replicas``
+        is one less (at least 1), so a topic keeps taking ``acks=all`` writes with one replica
+        down, Kafka's usual production setting (RF 3, min ISR 2).
+    """
+    voters = dict(voters or {node_id: controller_port})
+    min_isr = str(max(1, replicas - 1))
+    settings = {
+        # KRaft combined mode: each JVM is broker and controller, no ZooKeeper involved.
+        "process.roles": "broker,controller",
+        "node.id": str(node_id),
+        # A static voter set: ports live only in this file (not in the formatted metadata), so
+        # a warm start may move to new ports if the old ones were taken meanwhile.
+        "controller.quorum.voters": ",".join(
+            f"{voter}@{LOOPBACK}:{port}" for voter, port in sorted(voters.items())
+        ),
+        **listener_settings(broker_port, controller_port),
         "log.dirs": str(files.data),
         # keyshared creates its topics explicitly; tests rely on a typo failing, not creating.
         "auto.create.topics.enable": "false",
-        # One broker: every internal topic and every default must fit a single replica.
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        # Every internal topic and every default must fit the brokers there are.
+        "default.replication.factor": str(replicas),
+        "min.insync.replicas": min_isr,
+        "offsets.topic.replication.factor": str(replicas),
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": min_isr,
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": min_isr,
         # Fewer internal partitions (default 50): the first group or transaction on a fresh
         # broker creates them, and 50 of them cost seconds on a two-core laptop or CI runner.
         "offsets.topic.num.partitions": "10",
@@ -107,6 +141,17 @@ def broker_settings(files: KafkaFiles, broker_port: int, controller_port: int) -
         "log.cleaner.enable": "true",
         "log.cleaner.backoff.ms": "1000",
     }
+    if len(voters) > 1:
+        settings.update({
+            # Several brokers: a SIGKILLed one is fenced (its partitions get new leaders, it
+            # leaves the ISRs, so acks=all writes go on) after 6 s instead of 9 s.
+            "broker.session.timeout.ms": "6000",
+            "broker.heartbeat.interval.ms": "1000",
+            # A follower that stops fetching leaves the ISR after 10 s (default 30 s): acks=all
+            # producers wait for the ISR, and a crash test should not wait half a minute.
+            "replica.lag.time.max.ms": "10000",
+        })  # fmt: skip
+    return settings
 
 
 _SASL_NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -164,10 +209,16 @@ def write_config(
     controller_port: int,
     overrides: Mapping[str, str] | None = None,
     sasl_users: Mapping[str, str] | None = None,
+    *,
+    node_id: int = _NODE_ID,
+    voters: Mapping[int, int] | None = None,
+    replicas: int = 1,
 ) -> None:
     """Write server.properties (settings, SASL when users are given, then `overrides`) and the
-    Log4j 2 file."""
-    settings = broker_settings(files, broker_port, controller_port)
+    Log4j 2 file; ``node_id``, ``voters`` and ``replicas`` as in :func:`broker_settings`."""
+    settings = broker_settings(
+        files, broker_port, controller_port, node_id=node_id, voters=voters, replicas=replicas
+    )
     if sasl_users:
         settings.update(sasl_settings(sasl_users, broker_port, controller_port))
     settings.update(overrides or {})
@@ -183,12 +234,15 @@ def write_config(
     )
 
 
-def format_storage(java: str, jars_dir: Path, files: KafkaFiles) -> None:
-    """Format KRaft storage once, with a fresh cluster id (Kafka's `StorageTool format`).
+def format_storage(
+    java: str, jars_dir: Path, files: KafkaFiles, cluster_id: str | None = None
+) -> None:
+    """Format KRaft storage once (Kafka's `StorageTool format`), with ``cluster_id`` or a fresh
+    one: the nodes of one cluster must share it.
 
     A short-lived JVM: the client compiler and a small serial heap start it fastest.
     """
-    command = format_command(java, jars_dir, files)
+    command = format_command(java, jars_dir, files, cluster_id)
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     if result.returncode != 0 or not is_formatted(files):
         output = (result.stdout + result.stderr).strip()[-2000:]
@@ -199,15 +253,17 @@ def format_storage(java: str, jars_dir: Path, files: KafkaFiles) -> None:
         )
 
 
-def format_command(java: str, jars_dir: Path, files: KafkaFiles) -> list[str]:
-    """Kafka's `StorageTool format` command line, with a fresh cluster id (also run in the
-    test containers, where no Python runs next to the broker)."""
+def format_command(
+    java: str, jars_dir: Path, files: KafkaFiles, cluster_id: str | None = None
+) -> list[str]:
+    """Kafka's `StorageTool format` command line, with ``cluster_id`` or a fresh one (also run
+    in the test containers, where no Python runs next to the broker)."""
     return [
         java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
         f"-Dlog4j2.configurationFile={files.log4j_config}",
         "-cp", classpath(jars_dir),
         "kafka.tools.StorageTool", "format",
-        "--cluster-id", _new_cluster_id(),
+        "--cluster-id", cluster_id or new_cluster_id(),
         "--config", str(files.config),
     ]  # fmt: skip
 
@@ -254,7 +310,7 @@ def answers_metadata(
     return len(metadata.brokers) > 0
 
 
-def _new_cluster_id() -> str:
+def new_cluster_id() -> str:
     """A Kafka `Uuid` string: 16 random bytes, URL-safe base64 without padding.
 
     Like Kafka's own `Uuid.randomUuid()`, never one that starts with a dash: the storage

@@ -48,16 +48,25 @@ def create_topic(
     partitions: int = 3,
     config: Mapping[str, str] | None = None,
     timeout: float = 30.0,
+    *,
+    replication_factor: int = 1,
 ) -> None:
     """Create topic `name` and wait until every partition has a leader.
 
     CreateTopics returns before the broker has elected leaders; producing in that window
     fails or stalls, so a test would have to sleep. This waits on the metadata instead.
 
+    :param replication_factor: replicas per partition (-1: the broker's
+        `default.replication.factor`; a `TopologyCluster`'s is 3 with 3 brokers).
     :raises KafkaException: the broker refused the topic (the error names it).
     :raises TimeoutError: leaders did not appear within `timeout` seconds.
     """
-    new = NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))
+    new = NewTopic(
+        name,
+        num_partitions=partitions,
+        replication_factor=replication_factor,
+        config=dict(config or {}),
+    )
     admin.create_topics([new], operation_timeout=timeout)[name].result(timeout=timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

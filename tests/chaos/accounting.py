@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tests.chaos.fences import Fence
-from tests.chaos.plan import ChaosPlan
+from tests.chaos.plan import SERVER_FAULTS, ChaosPlan
 from tests.chaos.result import ChaosResult
 from tests.kafka.support.journal import (
     Event,
@@ -84,7 +84,7 @@ def account_duplicates(
             if running or fault.t_fault - window <= call.start <= fault.t_fault:
                 fault.at_risk += 1
                 at_risk.add((pid, call.rid))
-    server_faults = [f for f in result.faults if f.kind in ("broker_restart", "zookeeper_restart")]
+    server_faults = [f for f in result.faults if f.kind in SERVER_FAULTS]
     kills = {f.pid: f for f in result.faults if f.kind == "member_kill" and f.committed}
     redo_start: dict[RecordId, int] = {}
     for call in calls:  # in start order: the first call after a record's first finish
@@ -105,7 +105,12 @@ def account_duplicates(
                 result.late_commit_duplicates += (first.pid, rid) not in at_risk
         if (first.pid, rid) in at_risk:
             continue
-        if any(f.cause == "lost" and f.pid == first.pid and first.end <= f.t for f in fences):
+        # The group took its partitions, or its ZooKeeper session expired (fenced: what it
+        # finished but had not written to a cursor is discarded and redone).
+        if any(
+            f.cause in ("lost", "expired") and f.pid == first.pid and first.end <= f.t_resume
+            for f in fences
+        ):
             result.lost_partition_duplicates += 1
             continue
         if any(
@@ -174,7 +179,8 @@ def measure_convergence(calls: list[Call], result: ChaosResult) -> None:
     Affected keys: for a member fault, those the victim was running at the fault or had
     finished within the second before; for a server restart, every key finished within the
     second before. Keys that finish nothing after the fault (all their records were done) are
-    left out. The figure includes the wait for a key's next record to arrive.
+    left out. The figure includes the wait for a key's next record to arrive, but not the
+    stretches in which the schedule held the producer back (``result.producer_pauses``).
     """
     second = 1_000_000_000
     finishes: dict[bytes | None, list[int]] = defaultdict(list)
@@ -204,7 +210,10 @@ def measure_convergence(calls: list[Call], result: ChaosResult) -> None:
             times = finishes[key]
             i = bisect.bisect_right(times, t)
             if i < len(times):
-                delays.append((times[i] - t) / 1e9)
+                held = sum(
+                    max(0, min(hi, times[i]) - max(lo, t)) for lo, hi in result.producer_pauses
+                )
+                delays.append((times[i] - t - held) / 1e9)
         fault.affected_keys = len(delays)
         if delays:
             fault.resumed_s, fault.converged_s = min(delays), max(delays)

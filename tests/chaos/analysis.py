@@ -10,7 +10,7 @@ from dataclasses import replace
 from tests.chaos.accounting import account_duplicates, calls_of, measure_convergence
 from tests.chaos.fences import Fence
 from tests.chaos.observers import DeadLetter
-from tests.chaos.plan import ZOMBIE_PID_BASE, ChaosPlan, Fault
+from tests.chaos.plan import BROKER_FAULTS, ZOMBIE_PID_BASE, ChaosPlan, Fault
 from tests.chaos.result import ChaosResult
 from tests.kafka.support.journal import (
     Event,
@@ -101,7 +101,7 @@ def _drop_cut_off_starts(
     another member. That is the documented gap of partition mode without leases (guarantees.md,
     "What is not guaranteed"); partition leases close it, and their runs are judged without
     this rule. These calls are listed and taken out of the timeline."""
-    outages = sorted(f.t_fault for f in faults if f.kind == "broker_restart")
+    outages = sorted(f.t_fault for f in faults if f.kind in BROKER_FAULTS)
     windows = []
     for fence in fences:
         if fence.cause != "lost":
@@ -122,9 +122,13 @@ def _drop_zombie_starts(events: list[Event], faults: list[Fault]) -> tuple[list[
     """Calls a stalled member *started* after its SIGCONT and before it noticed that its session
     had expired. Unlike a call frozen mid-way, nothing excuses these (the member dispatches
     records it no longer owns, which the new owner may have done already); they are listed
-    and taken out of the timeline, so that the rest is judged on its own."""
+    and taken out of the timeline, so that the rest is judged on its own.
+
+    The window opens at the stop, not at the harness's stamp of the SIGCONT: a stopped process
+    journals nothing, and on a loaded machine the resumed member has journaled a start before
+    the harness thread got to stamp the signal it had just sent (finding 18)."""
     windows = [
-        (f.pid, f.t_recovered, f.t_noticed)
+        (f.pid, f.t_fault + 1, f.t_noticed)
         for f in faults
         if f.kind == "member_stall" and f.expired
     ]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tests.chaos.members import Members
+from tests.chaos.plan import ENSEMBLE_FAULTS, EXPIRED_LOG, Fault
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,15 @@ def parse_log_time(line: str, clock_offset_ns: int) -> int:
     return int(stamp.timestamp() * 1e9) - clock_offset_ns
 
 
-def log_time(members: Members, name: str, text: str, clock_offset_ns: int) -> int:
-    """The journal-clock time of the last log line of ``name`` containing ``text``."""
-    lines = [line for line in members.log(name).splitlines() if text in line]
-    return parse_log_time(lines[-1], clock_offset_ns)
+def log_time(members: Members, name: str, text: str, clock_offset_ns: int, after: int = 0) -> int:
+    """The journal-clock time of the first log line of ``name`` containing ``text`` at or after
+    ``after`` (a member's session may expire again later in a run: finding 20)."""
+    times = [
+        parse_log_time(line, clock_offset_ns)
+        for line in members.log(name).splitlines()
+        if text in line
+    ]
+    return next((t for t in times if t >= after), times[-1])
 
 
 @dataclass(frozen=True)
@@ -79,3 +85,54 @@ def fences_from_logs(members: Members, clock_offset_ns: int) -> list[Fence]:
             partitions = frozenset(int(p) for p in re.findall(r"\[(\d+)\]", line))
             fences.append(Fence(pid, t, t, partitions, "lost"))
     return fences
+
+
+SUSPENDED_LOG = "ZooKeeper session suspended"
+
+
+def session_expiries(
+    members: Members, faults: list[Fault], clock_offset_ns: int
+) -> list[tuple[str, Fence]]:
+    """Every ZooKeeper session expiry the members logged, except a stall's own, each as a fence
+    and its member's name.
+
+    A member learns of an expiry only when it reconnects; it stopped dispatching when its
+    connection dropped (``session suspended``: the gate pauses), and calls it had started keep
+    running, as in a stall: the fence is that drop, and after the expiry line the member
+    rejoins as a new one.
+    """
+    stalls = {(f.target, f.pid): f.t_fault for f in faults if f.kind == "member_stall"}
+    found = []
+    for pid, name in members.names_by_pid.items():
+        stalled_at = stalls.get((name, pid))
+        suspended = 0
+        for line in members.log(name).splitlines():
+            if SUSPENDED_LOG in line:
+                suspended = parse_log_time(line, clock_offset_ns)
+            elif EXPIRED_LOG in line:
+                t = parse_log_time(line, clock_offset_ns)
+                if stalled_at is not None and t >= stalled_at:
+                    stalled_at = None  # the stall's own expiry, judged as the stall
+                    continue
+                found.append((name, Fence(pid, suspended or t, t, None, "expired")))
+    return found
+
+
+def unexpected_expiries(
+    expiries: list[tuple[str, Fence]], faults: list[Fault], session_timeout_s: float
+) -> list[str]:
+    """The expiries during a ZooKeeper ensemble member's crash (up to a session timeout after
+    it was back): there the ensemble keeps its quorum, kazoo moves to another member within the
+    session timeout and the session moves with it, so such an expiry fences a healthy member.
+    Expiries elsewhere (a member starved of CPU, an ensemble that lost its quorum under load)
+    are fences like any other (:func:`session_expiries`) and only reported."""
+    window = int((session_timeout_s + 2.0) * 1e9)
+    ensemble = [(f.t_fault, f.t_recovered + window) for f in faults if f.kind in ENSEMBLE_FAULTS]
+    # Judged by when the member lost its connection (the fence), not by when it logged the
+    # expiry: a member cut off by an ensemble that had already lost its quorum before the crash
+    # was not cut off by the crash.
+    return [
+        f"{name}: connection lost at t={fence.t}, session expired at t={fence.t_resume}"
+        for name, fence in expiries
+        if any(lo <= fence.t <= hi for lo, hi in ensemble)
+    ]

@@ -48,8 +48,15 @@ from confluent_kafka.admin import AdminClient
 
 from keyshared.dev import LocalCluster
 from keyshared.dev.testing import create_topic, delete_topics, unique_name
+from keyshared.dev.topology import TopologyCluster
 from tests.chaos.analysis import analyse
-from tests.chaos.fences import fences_from_logs, handovers_from_logs, log_time
+from tests.chaos.fences import (
+    fences_from_logs,
+    handovers_from_logs,
+    log_time,
+    session_expiries,
+    unexpected_expiries,
+)
 from tests.chaos.members import Members, PacedProducer
 from tests.chaos.observers import CommitWatch, GroupStates, JournalTail, read_dlq, run_verify
 from tests.chaos.plan import (
@@ -62,6 +69,7 @@ from tests.chaos.plan import (
     fault_schedule,
 )
 from tests.chaos.result import ChaosResult
+from tests.chaos.topology_faults import TOPOLOGY_FAULTS, inject_topology_fault
 from tests.kafka.support.journal import (
     read_journal,
     sequenced,
@@ -82,20 +90,26 @@ __all__ = [
 
 def run_chaos(
     plan: ChaosPlan,
-    cluster: LocalCluster,
+    cluster: LocalCluster | TopologyCluster,
     workdir: Path,
     *,
     progress: Callable[[str], None] = print,
 ) -> ChaosResult:
-    """Run ``plan`` on ``cluster`` (restarted by the schedule) and judge it."""
+    """Run ``plan`` on ``cluster`` (restarted by the schedule) and judge it.
+
+    Topics get the brokers' default replication factor: 1 on a ``LocalCluster``, 3 (with
+    ``min.insync.replicas`` 2) on a three-broker ``TopologyCluster``.
+    """
+    if plan.topology != isinstance(cluster, TopologyCluster):
+        raise ValueError(f"plan.topology={plan.topology} does not fit {cluster!r}")
     bootstrap, zookeeper = cluster.bootstrap_servers, cluster.zookeeper_hosts
     workdir.mkdir(parents=True, exist_ok=True)
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": QUIET})
     topic = unique_name(f"chaos-{plan.mode}")
     group = unique_name(f"chaos-{plan.mode}")
     dlq = f"{topic}.dlq"
-    create_topic(admin, topic, plan.partitions)
-    create_topic(admin, dlq, plan.partitions)
+    create_topic(admin, topic, plan.partitions, replication_factor=-1)
+    create_topic(admin, dlq, plan.partitions, replication_factor=-1)
     keys: list[bytes | None] = [f"key-{i:05d}".encode() for i in range(plan.keys)]
     records = sequenced(keys, plan.per_key, seed=plan.seed)
     members = Members(plan, bootstrap, zookeeper, group, topic, workdir)
@@ -118,21 +132,30 @@ def run_chaos(
             snapshots = CommitWatch(bootstrap, group, topic, plan.partitions)
             result.group_states = GroupStates(bootstrap, group, workdir / "group-states")
         not_before = started
-        for fault in faults:
+        for k, fault in enumerate(faults):
+            if plan.topology:  # records up to the next fault's planned time, no further
+                upto = faults[k + 1].at if k + 1 < len(faults) else plan.fault_seconds
+                producer.allow_until(upto / plan.fault_seconds)
             # Faults do not pile up: one starts at least FAULT_GAP_S after the previous one
             # recovered, so that each one's convergence is its own.
             delay = max(started + fault.at, not_before + FAULT_GAP_S) - time.monotonic()
             if delay > 0:
                 time.sleep(delay)  # pacing the schedule, not waiting for an event
-            _inject(fault, plan, cluster, members, tail, rng, snapshots)
+            if fault.kind in TOPOLOGY_FAULTS:
+                assert isinstance(cluster, TopologyCluster)
+                inject_topology_fault(fault, plan, cluster, topic, tail)
+            else:
+                _inject(fault, plan, cluster, members, tail, rng, snapshots)
             not_before = time.monotonic()
             progress(f"  {fault.describe(t0)}; {tail.poll()} records finished so far")
+        producer.allow_until(1.0)
         producer.join(plan.fault_seconds + 240)
         assert not producer.is_alive(), "the producer never finished"
         if producer.failure is not None:
             raise producer.failure
         assert not producer.errors, f"production failed: {producer.errors[:3]}"
         result.produced = producer.delivered
+        result.producer_pauses = producer.pauses
         assert result.produced == len(records), f"{result.produced} of {len(records)} delivered"
         _await_commits(plan, bootstrap, group, topic, tail, progress, members)
         result.exit_codes = members.stop_all()
@@ -149,11 +172,16 @@ def run_chaos(
     result.verify_problems = [str(p.get("detail")) for p in verify.get("problems", [])]  # type: ignore[attr-defined, union-attr]
     result.verify_dead_letters = sum(verify.get("dead_letters", {}).values())  # type: ignore[attr-defined, union-attr]
     expected = dict.fromkeys(keys, plan.per_key)
-    fences = fences_from_logs(members, clock_offset_ns)
     result.handovers = handovers_from_logs(members, clock_offset_ns)
     for fault in faults:
         if fault.kind == "member_stall" and fault.expired:
-            fault.t_noticed = log_time(members, fault.target, EXPIRED_LOG, clock_offset_ns)
+            fault.t_noticed = log_time(
+                members, fault.target, EXPIRED_LOG, clock_offset_ns, after=fault.t_fault
+            )
+    expiries = session_expiries(members, faults, clock_offset_ns)
+    result.unexpected_expiries = unexpected_expiries(expiries, faults, plan.session_timeout)
+    result.other_expiries = [f"{name}: t={fence.t_resume}" for name, fence in expiries]
+    fences = [*fences_from_logs(members, clock_offset_ns), *(fence for _, fence in expiries)]
     analyse(read_journal(members.journal), plan, expected, members.killed, dead, result, fences)
     delete_topics(AdminClient({"bootstrap.servers": bootstrap}), [topic, dlq])
     return result
@@ -162,7 +190,7 @@ def run_chaos(
 def _inject(
     fault: Fault,
     plan: ChaosPlan,
-    cluster: LocalCluster,
+    cluster: LocalCluster | TopologyCluster,
     members: Members,
     tail: JournalTail,
     rng: random.Random,
@@ -193,11 +221,13 @@ def _inject(
         if not fault.expired:
             fault.note = "session NOT expired: stalled calls are not excused"
     elif fault.kind == "broker_restart":
+        assert isinstance(cluster, LocalCluster)
         fault.t_fault = time.monotonic_ns()
         cluster.stop_kafka(kill=True)
         cluster.start_kafka()
         fault.t_recovered = time.monotonic_ns()
     elif fault.kind == "zookeeper_restart":
+        assert isinstance(cluster, LocalCluster)
         fault.t_fault = time.monotonic_ns()
         cluster.stop_zookeeper(kill=True)
         cluster.start_zookeeper()

@@ -100,8 +100,14 @@ class Members:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def stop_all(self, timeout: float = 60.0) -> dict[str, int]:
-        """SIGTERM every member, then wait: each drains and commits. Name -> exit code."""
+        """SIGTERM every member, then wait: each drains and commits. Name -> exit code.
+
+        A member started a moment ago (a replacement for the last kill) gets its SIGTERM only
+        once it catches the signal: before ``keyshared run`` installs its handler the
+        interpreter dies of it (exit -15), which says nothing about keyshared's shutdown.
+        """
         for proc in self.procs.values():
+            _await_catches(proc, signal.SIGTERM)
             proc.send_signal(signal.SIGTERM)
         codes = {}
         for name, proc in self.procs.items():
@@ -120,6 +126,23 @@ class Members:
         kill_all(self.procs.values())
 
 
+def _await_catches(
+    proc: subprocess.Popen[bytes], signum: signal.Signals, timeout: float = 30.0
+) -> None:
+    """Until ``proc`` has a handler for ``signum`` (its ``SigCgt`` mask in /proc), or exited."""
+    deadline = time.monotonic() + timeout
+    bit = 1 << (signum - 1)
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+        except OSError:
+            return
+        caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) & bit:
+            return
+        time.sleep(0.05)
+
+
 # -- production --------------------------------------------------------------------------------
 
 
@@ -132,9 +155,22 @@ class PacedProducer(threading.Thread):
     ) -> None:
         super().__init__(name="chaos-producer", daemon=True)
         self.bootstrap, self.topic, self.records, self.seconds = bootstrap, topic, records, seconds
+        self._allowed = 1.0  # share of the records it may produce now
+        self._allowed_changed = threading.Condition()
+        self.pauses: list[tuple[int, int]] = []  # (from, to) ns, monotonic: held by the schedule
         self.delivered = 0
         self.errors: list[str] = []
         self.failure: BaseException | None = None
+
+    def allow_until(self, share: float) -> None:
+        """Produce at most ``share`` of the records until allowed more; the pace resumes where
+        it stopped, as if the wait had not been. The topology runs keep production in step
+        with their schedule: a node fault that takes longer than planned (a broker restart on
+        a loaded machine) must not see the rest of the records go by before the faults after
+        it, which would then hit an idle group."""
+        with self._allowed_changed:
+            self._allowed = share
+            self._allowed_changed.notify_all()
 
     def run(self) -> None:
         try:
@@ -154,10 +190,20 @@ class PacedProducer(threading.Thread):
             else:
                 self.errors.append(str(err))
 
+        total = len(self.records)
+        rate = total / self.seconds
         start = time.monotonic()
-        rate = len(self.records) / self.seconds
         for i, (key, seq) in enumerate(self.records):
             if i % 50 == 0:
+                with self._allowed_changed:
+                    held = time.monotonic_ns()
+                    while i >= self._allowed * total:
+                        producer.poll(0)
+                        self._allowed_changed.wait(0.1)
+                    released = time.monotonic_ns()
+                if released - held > 1_000_000:
+                    self.pauses.append((held, released))
+                    start += (released - held) / 1e9  # the wait does not count as produced time
                 ahead = start + i / rate - time.monotonic()
                 if ahead > 0:
                     time.sleep(ahead)

@@ -36,6 +36,7 @@ class JournalTail:
         self._partial = b""
         self.finished: set[RecordId] = set()
         self.last_pid = 0
+        self.last_partition = 0
 
     def poll(self) -> int:
         if not self.path.exists():
@@ -52,6 +53,7 @@ class JournalTail:
             if len(parts) != 8:
                 continue
             self.last_pid = int(parts[3])
+            self.last_partition = int(parts[4])
             if parts[0] == b"E":
                 key = None if parts[1] == b"-" else bytes.fromhex(parts[1].decode())
                 self.finished.add((key, int(parts[2])))

@@ -13,6 +13,15 @@ ZOMBIE_PID_BASE = -1  # incarnations after a fence get negative ids: no real pid
 FAULT_GAP_S = 2.0
 EXPIRED_LOG = "ZooKeeper session expired"
 QUIET = 2  # librdkafka log level of the harness's own clients: a broker restart is expected
+MEMBER_FAULTS = ("member_kill", "member_stall")
+# Faults that take Kafka (or all of it) away for a while: a member may lose its partitions or
+# its commits before they land, so redos around them are excused (see accounting.py).
+BROKER_FAULTS = ("broker_restart", "leader_kill", "rolling_restart")
+# The single ZooKeeper server's restart: every session is suspended until it is back.
+SERVER_FAULTS = (*BROKER_FAULTS, "zookeeper_restart")
+# One member of a three-member ensemble: the quorum stays, kazoo moves to another member and
+# its session survives. Nothing is excused around these: no one may be fenced, nothing redone.
+ENSEMBLE_FAULTS = ("zookeeper_follower_kill", "zookeeper_leader_kill")
 
 
 # -- the plan ----------------------------------------------------------------------------------
@@ -35,6 +44,16 @@ class ChaosPlan:
     :param fail_once_rate: share of records whose first attempt fails (a retry succeeds).
     :param fail_always_rate: share of records that fail every attempt (dead-lettered); must be
         0 in ``exclusive`` mode, where a poison record blocks its partition until released.
+    :param topology: the run is on a :class:`~keyshared.dev.topology.TopologyCluster` (three
+        brokers, a three-member ensemble); ``broker_restarts_at`` and
+        ``zookeeper_restarts_at`` must then be empty (nothing restarts everything at once).
+    :param leader_kills_at: (topology) when the leader broker of the busiest partition (the
+        last record finished) is SIGKILLed; it stays down ``broker_down_seconds``, past the
+        controller's ``broker.session.timeout.ms``, so leadership moves; then it restarts.
+    :param rolling_restarts_at: (topology) when every broker in turn is stopped (SIGTERM: a
+        controlled shutdown) and started again, each after the previous one is back in every ISR.
+    :param zookeeper_failovers_at: (topology, coordinator modes) when a ZooKeeper follower is
+        SIGKILLed and restarted, then the leader (an election); down ``session_timeout`` each.
     :param slow_keys: ``(share of keys, seconds per record)``.
     :param settle_seconds: bound on the wait for the group to commit everything after the
         fault phase.
@@ -60,6 +79,11 @@ class ChaosPlan:
     max_attempts: int = 3
     settle_seconds: float = 120.0
     seed: int = 14
+    topology: bool = False
+    leader_kills_at: tuple[float, ...] = ()
+    rolling_restarts_at: tuple[float, ...] = ()
+    zookeeper_failovers_at: tuple[float, ...] = ()
+    broker_down_seconds: float = 8.0
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -68,6 +92,11 @@ class ChaosPlan:
             raise ValueError("exclusive mode blocks on a poison record: fail_always_rate=0")
         if self.records < self.keys:
             raise ValueError("records must be at least keys (one per key)")
+        topology_faults = self.leader_kills_at or self.rolling_restarts_at
+        if (topology_faults or self.zookeeper_failovers_at) and not self.topology:
+            raise ValueError("leader kills, rolling restarts and failovers need topology=True")
+        if self.topology and (self.broker_restarts_at or self.zookeeper_restarts_at):
+            raise ValueError("a topology run restarts single nodes, not the whole cluster")
 
     @property
     def uses_zookeeper(self) -> bool:
@@ -94,9 +123,9 @@ class ChaosPlan:
 class Fault:
     """One injected fault. Times are CLOCK_MONOTONIC ns, like the journals."""
 
-    kind: str  # member_kill, member_stall, broker_restart, zookeeper_restart
+    kind: str  # one of MEMBER_FAULTS, SERVER_FAULTS, ENSEMBLE_FAULTS
     at: float  # planned, seconds into the fault phase
-    target: str = ""  # member name for member faults
+    target: str = ""  # member name for member faults, node for a topology's node faults
     pid: int = 0
     t_fault: int = 0  # SIGKILL / SIGSTOP sent, server killed
     t_recovered: int = 0  # replacement started, SIGCONT sent, server answering again
@@ -115,9 +144,9 @@ class Fault:
 
     def describe(self, t0: int) -> str:
         at = (self.t_fault - t0) / 1e9
-        what = f"{self.kind:<17} t={at:6.1f}s"
+        what = f"{self.kind:<23} t={at:6.1f}s"
         if self.target:
-            what += f" {self.target} (pid {self.pid})"
+            what += f" {self.target}" + (f" (pid {self.pid})" if self.pid else "")
         if self.t_recovered:
             what += f", back after {(self.t_recovered - self.t_fault) / 1e9:.1f}s"
         return what + (f" [{self.note}]" if self.note else "")
@@ -128,7 +157,12 @@ def fault_schedule(plan: ChaosPlan) -> list[Fault]:
     rng = random.Random(plan.seed)
     faults: list[Fault] = []
     faults += [Fault("broker_restart", at * plan.fault_seconds) for at in plan.broker_restarts_at]
+    faults += [Fault("leader_kill", at * plan.fault_seconds) for at in plan.leader_kills_at]
+    faults += [Fault("rolling_restart", at * plan.fault_seconds) for at in plan.rolling_restarts_at]
     if plan.uses_zookeeper:
+        for at in plan.zookeeper_failovers_at:
+            faults.append(Fault("zookeeper_follower_kill", at * plan.fault_seconds))
+            faults.append(Fault("zookeeper_leader_kill", at * plan.fault_seconds + 0.001))
         faults += [Fault("member_stall", at * plan.fault_seconds) for at in plan.stalls_at]
         faults += [
             Fault("zookeeper_restart", at * plan.fault_seconds) for at in plan.zookeeper_restarts_at

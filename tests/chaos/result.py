@@ -52,6 +52,13 @@ class ChaosResult:
     handover_bounded: int = 0  # of them: up to their partition's hand-over, not their redo
     # the group rebalanced from their finish to their member's kill, uncommitted at the kill
     killed_in_rebalance_duplicates: int = 0
+    # sessions expired during a ZooKeeper member's crash (the ensemble kept its quorum: none may)
+    unexpected_expiries: list[str] = field(default_factory=list)
+    # every session expiry other than a stall's (fences, judged like a stall's)
+    other_expiries: list[str] = field(default_factory=list)
+    # the producer held back by the schedule (topology runs): no key can finish a record that
+    # was not produced, so convergence does not count these stretches
+    producer_pauses: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def in_flight(self) -> int:
@@ -115,13 +122,16 @@ class ChaosResult:
             f"(commits held back; uncommitted at the kill): {self.killed_in_rebalance_duplicates}",
             f"zombie calls (still running when their member's session or partition was gone; "
             f"the documented exception): {self.zombie_calls}, of them after a lost partition "
-            f"{self.lost_partition_zombies}; duplicates after a lost partition "
+            f"{self.lost_partition_zombies}; duplicates after a lost partition or expired session "
             f"{self.lost_partition_duplicates}",
             f"calls started by a stalled member after its SIGCONT, before it noticed the "
             f"expiry: {len(self.zombie_starts)}",
             f"calls started by a member cut off from the broker, before it learned its partition "
             f"was lost (plain partition mode, documented): {len(self.cut_off_starts)}",
             f"retry counts restarted by a re-dispatch in the same process: {self.retry_restarts}",
+            f"ZooKeeper sessions expired outside a stall: {len(self.other_expiries)} "
+            f"{self.other_expiries[:3]}; of them during an ensemble member's crash "
+            f"{len(self.unexpected_expiries)}",
             f"convergence after a fault: max {max(converged, default=0):.2f}s, "
             f"median {sorted(converged)[len(converged) // 2] if converged else 0:.2f}s",
             f"keyshared verify: exit {self.verify_exit}, problems {self.verify_problems[:3]}, "

@@ -135,6 +135,19 @@ def test_starts_of_a_stalled_member_before_it_noticed_the_expiry_are_taken_out()
     assert len(found) == 1 and "seq 2" in found[0]
 
 
+def test_a_start_journaled_before_the_harness_stamped_the_sigcont_is_a_zombie_start() -> None:
+    """Finding 18: the harness stamps the SIGCONT after sending it; on a loaded machine the
+    member ran first and journaled a start 20 ms before that stamp. Nothing can start while
+    the process is stopped, so the start came after the SIGCONT all the same."""
+    from tests.chaos.analysis import _drop_zombie_starts
+
+    stall = Fault("member_stall", 0.0, pid=7, t_fault=1 * S, t_recovered=5 * S, expired=True)
+    stall.t_noticed = 6 * S
+    early = [Event("S", KEY, 2, 7, 0, 11, int(4.98 * S), 1), Event("E", KEY, 2, 7, 0, 11, 7 * S, 1)]
+    kept, found = _drop_zombie_starts(early, [stall])
+    assert kept == [] and len(found) == 1
+
+
 def _killed_mid_rebalance(
     committed: dict[int, tuple[int, frozenset[int]]], group: GroupStates
 ) -> tuple[ChaosResult, Fault]:
@@ -211,3 +224,59 @@ def test_a_call_frozen_in_a_stall_ends_at_the_stall_not_at_a_later_fence() -> No
     events, zombies = _end_fenced_calls(frozen, [lost, stall])
     assert [(e.kind, e.t) for e in events] == [("S", 1 * S), ("K", 2 * S)]
     assert zombies == {"stall": 1}
+
+
+def test_convergence_does_not_count_the_stretch_the_schedule_held_the_producer() -> None:
+    """Finding 19: in an exclusive topology run the keys a ZooKeeper leader's crash touched
+    converged "after 84 s", but for 70 of them the producer was held back by the schedule
+    (waiting out a rolling restart): no key can finish a record that was not produced."""
+    from tests.chaos.accounting import measure_convergence
+
+    fault = Fault("zookeeper_leader_kill", 0.0, t_fault=1 * S, t_recovered=2 * S)
+    result = ChaosResult(ChaosPlan("exclusive", fail_always_rate=0.0), [fault], t0=0)
+    result.producer_pauses = [(3 * S, 73 * S)]
+    before = Call(1, (KEY, 1), start=int(0.8 * S), end=int(0.9 * S), kind="E")
+    after = Call(1, (KEY, 2), start=int(79.9 * S), end=80 * S, kind="E")
+    measure_convergence([before, after], result)
+    assert fault.converged_s == pytest.approx(9.0)
+
+
+class _Logs:
+    """Members' logs only (``log(name)``), as the fence readers use them."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.names_by_pid = {7: "M1"}
+
+    def log(self, name: str) -> str:
+        return self.text
+
+
+_TWO_EXPIRIES = (
+    "2026-11-26 00:40:35,840 INFO coordinator.session: ZooKeeper session suspended\n"
+    "2026-11-26 00:40:35,866 ERROR coordinator.modes.session_gate: ZooKeeper session expired: x\n"
+    "2026-11-26 00:41:44,978 INFO coordinator.session: ZooKeeper session suspended\n"
+    "2026-11-26 00:41:50,484 ERROR coordinator.modes.session_gate: ZooKeeper session expired: x\n"
+)
+
+
+def test_a_stall_is_noticed_at_its_own_expiry_not_at_a_later_one() -> None:
+    """Finding 20: a stalled member whose session expired again a minute later (an ensemble
+    starved under load) had its stall "noticed" at the later expiry, so every call it started
+    in between counted as a zombie start and was taken out of the timeline: 123 records looked
+    lost and 106 overtaken. The stall's expiry is the first one after the stall."""
+    from datetime import datetime
+
+    from tests.chaos.fences import log_time, session_expiries
+    from tests.chaos.plan import EXPIRED_LOG
+
+    offset = int(datetime(2026, 11, 26, 0, 0, 0).timestamp() * 1e9)
+    stalled = int((40 * 60 + 30) * S)
+    logs = _Logs(_TWO_EXPIRIES)
+    noticed = log_time(logs, "M1", EXPIRED_LOG, offset, after=stalled)  # type: ignore[arg-type]
+    assert noticed == pytest.approx((40 * 60 + 35.866) * S, abs=1e6)
+    stall = Fault("member_stall", 0.0, target="M1", pid=7, t_fault=stalled)
+    [(name, fence)] = session_expiries(logs, [stall], offset)  # type: ignore[arg-type]
+    assert name == "M1" and fence.cause == "expired"
+    assert fence.t == pytest.approx((41 * 60 + 44.978) * S, abs=1e6)
+    assert fence.t_resume == pytest.approx((41 * 60 + 50.484) * S, abs=1e6)

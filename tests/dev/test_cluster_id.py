@@ -22,14 +22,14 @@ def test_an_id_starting_with_a_dash_is_drawn_again(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(kafka.uuid, "uuid4", lambda: next(draws))
     assert base64.urlsafe_b64encode(_DASH_FIRST.bytes).decode().startswith("-")
 
-    cluster_id = kafka._new_cluster_id()
+    cluster_id = kafka.new_cluster_id()
 
     assert cluster_id == base64.urlsafe_b64encode(_PLAIN.bytes).decode().rstrip("=")
 
 
 def test_ids_are_22_url_safe_characters_without_a_leading_dash() -> None:
     for _ in range(2000):
-        cluster_id = kafka._new_cluster_id()
+        cluster_id = kafka.new_cluster_id()
         assert len(cluster_id) == 22
         assert not cluster_id.startswith("-")
         assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16

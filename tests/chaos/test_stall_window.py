@@ -1,0 +1,45 @@
+"""Finding 18 of the chaos runs (docs/chaos.md), reduced to one worker without threads: a
+member stopped (SIGSTOP, a long GC pause) after its worker passed the liveness check and before
+it called the handler runs the handler on waking, although it is no longer live.
+
+The topology run saw it as a start journaled 6 ms after the SIGCONT, 70 ms before the member
+learned that its session had expired. The stall is simulated by the key deserializer, which
+runs in exactly that window (after ``RecordExecutor.prepare``'s check, before the handler).
+The fix belongs in ``keyshared/kafka/execution.py``: check liveness again right before the
+handler is called (the window then shrinks to the call itself; fencing covers the rest).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from keyshared.kafka.execution import RecordExecutor
+from tests.kafka.test_dispatcher import Bench
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding 18: RecordExecutor checks liveness once, in prepare(), before decoding; a "
+    "stall after that check starts the handler on waking (fix in keyshared/kafka/execution.py)",
+)
+def test_a_member_that_stopped_being_live_after_the_check_does_not_start_the_handler() -> None:
+    live = [True]
+
+    def stalls_here(data: bytes | None) -> Any:
+        live[0] = False  # SIGSTOP lands here; on SIGCONT the session is gone
+        return data
+
+    b = Bench(key_deserializer=stalls_here)
+    b.dispatcher.set_liveness(lambda: live[0])
+    b.admit([(0, b"a")])
+    started: list[Any] = []
+    executor = RecordExecutor(
+        b.options, started.append, b.dispatcher, lambda _s, _f: None, mock.Mock(), None
+    )
+    executor.run((b.state, b.take(0)))
+    assert started == [], "the handler started although the member was no longer live"
