@@ -5,8 +5,9 @@ it called the handler runs the handler on waking, although it is no longer live.
 The topology run saw it as a start journaled 6 ms after the SIGCONT, 70 ms before the member
 learned that its session had expired. The stall is simulated by the key deserializer, which
 runs in exactly that window (after ``RecordExecutor.prepare``'s check, before the handler).
-The fix belongs in ``keyshared/kafka/execution.py``: check liveness again right before the
-handler is called (the window then shrinks to the call itself; fencing covers the rest).
+Fixed in ``keyshared/kafka/execution.py``: liveness is checked again right before the handler
+is called (the window shrinks to the call itself; fencing tokens cover the rest). This test
+failed before the fix (it was an xfail(strict=True) until then).
 """
 
 from __future__ import annotations
@@ -22,11 +23,6 @@ from tests.kafka.test_dispatcher import Bench
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding 18: RecordExecutor checks liveness once, in prepare(), before decoding; a "
-    "stall after that check starts the handler on waking (fix in keyshared/kafka/execution.py)",
-)
 def test_a_member_that_stopped_being_live_after_the_check_does_not_start_the_handler() -> None:
     live = [True]
 
