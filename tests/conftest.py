@@ -33,7 +33,7 @@ from typing import cast
 import pytest
 
 from keyshared.dev import BOOTSTRAP_ENV, ZOOKEEPER_ENV, LocalCluster
-from keyshared.dev.testing import (
+from keyshared.dev.topics import (
     GroupFactory,
     TopicFactory,
     create_topic,

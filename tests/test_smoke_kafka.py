@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from keyshared.dev.testing import GroupFactory, TopicFactory, unique_name
+from keyshared.dev.topics import GroupFactory, TopicFactory, unique_name
 
 MESSAGES = 30
 KEYS = 5

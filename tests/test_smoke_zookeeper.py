@@ -10,7 +10,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 
 WAIT_S = 15.0
 

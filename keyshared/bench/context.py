@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
 from keyshared.bench.shapes import Shape
-from keyshared.dev.testing import create_topic, delete_topics, unique_name
+from keyshared.dev.topics import create_topic, delete_topics, unique_name
 
 __all__ = ["BenchContext"]
 

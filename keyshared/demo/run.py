@@ -24,7 +24,7 @@ from keyshared.demo.handler import OrderHandler
 from keyshared.demo.progress import DemoProgress
 from keyshared.demo.verifier import OrderVerifier, Verdict
 from keyshared.demo.workload import OrderWorkload, ProducedSet
-from keyshared.dev.testing import create_topic
+from keyshared.dev.topics import create_topic
 from keyshared.errors import KeySharedError
 
 __all__ = ["DemoOutcome", "DemoSettings", "run_demo"]

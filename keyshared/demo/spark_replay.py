@@ -24,7 +24,7 @@ from rich.console import Console
 
 import keyshared
 from keyshared.demo.clientlog import CLIENT_LOG
-from keyshared.dev.testing import create_topic, delete_topics, unique_name
+from keyshared.dev.topics import create_topic, delete_topics, unique_name
 from keyshared.kafka.client_config import KEYED_PRODUCER
 
 __all__ = ["SparkReplayOutcome", "run_spark_replay_demo"]

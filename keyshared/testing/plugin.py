@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from keyshared.dev.testing import TopicFactory, create_topic, delete_topics, unique_name
+from keyshared.dev.topics import TopicFactory, create_topic, delete_topics, unique_name
 from keyshared.testing import KafkaCluster, kafka_cluster
 
 __all__ = ["keyshared_cluster", "keyshared_topic"]

@@ -47,7 +47,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from keyshared.dev import LocalCluster
-from keyshared.dev.testing import create_topic, delete_topics, unique_name
+from keyshared.dev.topics import create_topic, delete_topics, unique_name
 from keyshared.dev.topology import TopologyCluster
 from tests.chaos.analysis import analyse
 from tests.chaos.fences import (

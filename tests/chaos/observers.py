@@ -15,7 +15,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from keyshared.core.offsets import decode_finished
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 from keyshared.kafka.dlq import DlqHeader
 from tests.chaos.plan import QUIET
 from tests.kafka.support.journal import (

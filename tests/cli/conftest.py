@@ -16,7 +16,7 @@ from click import Command
 from click.testing import CliRunner, Result
 from confluent_kafka.admin import AdminClient
 
-from keyshared.dev.testing import GroupFactory, create_topic, delete_topics
+from keyshared.dev.topics import GroupFactory, create_topic, delete_topics
 from keyshared.kafka.keystate import topic_for
 from keyshared.ops import GroupReader
 from tests.kafka.support.inprocess import StartConsumer, consumers_for

@@ -27,7 +27,7 @@ from keyshared.bench.peers.common import (
 from keyshared.bench.result import ScenarioResult
 from keyshared.bench.workload import produce, uniform_keys
 from keyshared.cli.bench import bench
-from keyshared.dev.testing import TopicFactory
+from keyshared.dev.topics import TopicFactory
 
 unit = pytest.mark.unit
 

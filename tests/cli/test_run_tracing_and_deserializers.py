@@ -14,7 +14,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from keyshared.dev.testing import TopicFactory, unique_name
+from keyshared.dev.topics import TopicFactory, unique_name
 from tests.kafka.support.journal import REPO_ROOT, keyshared_command, terminate
 
 HANDLER_MODULE = '''

@@ -11,7 +11,7 @@ import pytest
 
 from keyshared import Record
 from keyshared.cli.status import status
-from keyshared.dev.testing import TopicFactory
+from keyshared.dev.topics import TopicFactory
 from keyshared.ops.group_status import classify_metadata, partition_status, refine_pending
 from keyshared.ops.member_view import base_url, parse_metrics
 from tests.cli.conftest import (

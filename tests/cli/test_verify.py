@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from keyshared import Record
 from keyshared.cli.verify import verify
-from keyshared.dev.testing import TopicFactory, unique_name
+from keyshared.dev.topics import TopicFactory, unique_name
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.ops.group_status import offsets_to_ranges
 from tests.cli.conftest import (

@@ -19,7 +19,7 @@ import pytest
 from kazoo.client import KazooClient, KazooState
 
 from coordinator.layout import GroupLayout
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 
 WAIT_S = 15.0
 """Bound on every wait for an event: generous for a loaded 2-core machine, never a sleep."""

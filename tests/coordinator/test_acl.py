@@ -8,7 +8,7 @@ from kazoo.exceptions import NoAuthError
 
 from coordinator import MemberInfo, ZooKeeperCoordinator
 from keyshared.core.slots import SlotRange
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 from tests.coordinator.conftest import NAMESPACE, ClientFactory
 
 

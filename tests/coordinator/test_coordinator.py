@@ -19,7 +19,7 @@ from coordinator import (
 )
 from coordinator.errors import CoordinatorUnreachable
 from keyshared.core.slots import SlotRange
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 from keyshared.errors import ConfigurationError
 from tests.coordinator.conftest import (
     NAMESPACE,

@@ -21,7 +21,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from coordinator import ZooKeeperCoordinator
-from keyshared.dev.testing import create_topic, delete_topics
+from keyshared.dev.topics import create_topic, delete_topics
 from tests.coordinator.conftest import NAMESPACE, WAIT_S
 from tests.coordinator.members import StartMember, members_for
 from tests.helpers import wait_until

@@ -37,7 +37,7 @@ from keyshared.dev import (
 )
 from keyshared.dev import jars as jars_module
 from keyshared.dev.ports import port_is_free
-from keyshared.dev.testing import create_topic, unique_name
+from keyshared.dev.topics import create_topic, unique_name
 
 CLI = [sys.executable, "-c", "from keyshared.cli import main; main()"]
 

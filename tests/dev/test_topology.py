@@ -21,7 +21,7 @@ from kazoo.client import KazooClient, KazooState
 from keyshared.cli.dev import dev
 from keyshared.dev import BOOTSTRAP_ENV, ZOOKEEPER_ENV, kafka, zookeeper
 from keyshared.dev.files import ServerFiles
-from keyshared.dev.testing import create_topic, delete_topics, unique_name
+from keyshared.dev.topics import create_topic, delete_topics, unique_name
 from keyshared.dev.topology import TopologyCluster
 
 pytestmark = pytest.mark.timeout(240)

@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 from tests.examples.test_examples import _run
 
 

@@ -10,7 +10,7 @@ from collections import defaultdict
 from confluent_kafka.admin import AdminClient
 
 import keyshared
-from keyshared.dev.testing import create_topic
+from keyshared.dev.topics import create_topic
 from keyshared.kafka.dlq import DlqHeader
 from tests.kafka.support.inprocess import running
 from tests.kafka.support.journal import produce, sequenced, wait_committed_to_end, wait_for

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 import keyshared
 from coordinator import CoordinatorUnreachable, ZooKeeperCoordinator
 from keyshared.core.offsets import METADATA_PREFIX
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 from tests.kafka.support.inprocess import Recorder, running
 from tests.kafka.support.journal import (
     REPO_ROOT,

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from confluent_kafka import OFFSET_INVALID, Consumer, Producer, TopicPartition
 
 import keyshared
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 from tests.kafka.support.journal import high_watermarks, wait_committed_to_end, wait_for
 
 

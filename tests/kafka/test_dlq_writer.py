@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 
-from keyshared.dev.testing import TopicFactory, create_topic, delete_topics, unique_name
+from keyshared.dev.topics import TopicFactory, create_topic, delete_topics, unique_name
 from keyshared.kafka.dlq import DeadLetterWriter, DlqHeader
 from keyshared.kafka.scheduler import Scheduler
 from keyshared.metrics import ConsumerMetrics

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 
 from keyshared import Record, RetryPolicy
-from keyshared.dev.testing import GroupFactory, TopicFactory, create_topic, delete_topics
+from keyshared.dev.topics import GroupFactory, TopicFactory, create_topic, delete_topics
 from keyshared.kafka.dlq import DlqHeader
 from keyshared.kafka.keystate import KeyStateStore, topic_for
 from keyshared.kafka.scheduler import Scheduler

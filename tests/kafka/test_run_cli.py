@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 from tests.kafka.support.journal import (
     ASYNC_HANDLER,
     BATCH_HANDLER,

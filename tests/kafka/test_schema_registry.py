@@ -28,7 +28,7 @@ from confluent_kafka.serialization import (
 )
 
 from keyshared import Record
-from keyshared.dev.testing import TopicFactory, create_topic
+from keyshared.dev.topics import TopicFactory, create_topic
 from keyshared.kafka.dlq import DlqHeader
 from tests.helpers import WAIT
 from tests.kafka.support.inprocess import Running, consumers_for

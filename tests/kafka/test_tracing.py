@@ -21,7 +21,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 
 from keyshared import BatchError, Record, RetryPolicy
-from keyshared.dev.testing import TopicFactory, create_topic
+from keyshared.dev.topics import TopicFactory, create_topic
 from keyshared.kafka.tracing import (
     ATTEMPT,
     BATCH_COUNT,

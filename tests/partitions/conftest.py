@@ -24,7 +24,7 @@ from coordinator import ZooKeeperCoordinator
 from keyshared.dev import LocalCluster
 from keyshared.dev.ports import LOOPBACK, free_ports
 from keyshared.dev.state import ClusterState, KafkaRecord, ZooKeeperRecord, save_state
-from keyshared.dev.testing import create_topic, delete_topics, unique_name
+from keyshared.dev.topics import create_topic, delete_topics, unique_name
 from tests.coordinator.conftest import NAMESPACE
 from tests.kafka.support.inprocess import FAST_RETRY, Running
 from tests.partitions.proxy import FaultyLink

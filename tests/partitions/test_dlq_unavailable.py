@@ -24,7 +24,7 @@ from prometheus_client import REGISTRY
 from coordinator.cursors import read_cursors
 from coordinator.layout import GroupLayout
 from keyshared.core.slots import slot_of
-from keyshared.dev.testing import create_topic, delete_topics, unique_name
+from keyshared.dev.topics import create_topic, delete_topics, unique_name
 from tests.coordinator.conftest import NAMESPACE
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder

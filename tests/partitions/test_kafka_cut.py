@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import check, produce

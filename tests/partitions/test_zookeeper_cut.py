@@ -23,7 +23,7 @@ from dataclasses import replace
 import pytest
 from kazoo.client import KazooClient
 
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import check, produce

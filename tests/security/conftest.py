@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from keyshared.dev import LocalCluster
-from keyshared.dev.testing import create_topic, unique_name
+from keyshared.dev.topics import create_topic, unique_name
 
 ADMIN, ADMIN_PASSWORD = "keyshared-admin", "admin-secret"
 USER, PASSWORD = "alice", "alice-secret"

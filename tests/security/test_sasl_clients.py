@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import keyshared
-from keyshared.dev.testing import unique_name
+from keyshared.dev.topics import unique_name
 from keyshared.kafka.dlq import DeadLetterWriter
 from keyshared.kafka.keystate import KeyStateError, KeyStateStore
 from keyshared.metrics import ConsumerMetrics

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from confluent_kafka import Producer
 
 from keyshared.cli import cli
-from keyshared.dev.testing import TopicFactory
+from keyshared.dev.topics import TopicFactory
 from keyshared.spark import ReplayFilter, parse_position, plan_replay, read_dlq
 from keyshared.spark.errors import MissingJarsError
 from keyshared.spark.jars import kafka_source_jars

@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 
 from keyshared import Record, RetryPolicy
 from keyshared.cli import cli
-from keyshared.dev.testing import GroupFactory, TopicFactory
+from keyshared.dev.topics import GroupFactory, TopicFactory
 from keyshared.spark.report import REPORT_COLUMNS
 from tests.kafka.support.inprocess import Running, consumers_for
 from tests.spark.support import WAIT, DlqHeader, by_key, header, read_all

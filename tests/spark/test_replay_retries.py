@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from keyshared.dev.testing import TopicFactory
+from keyshared.dev.topics import TopicFactory
 from keyshared.spark import plan_replay, read_dlq, replay
 from tests.spark.support import DlqHeader, by_key, header, read_all, write_dlq
 

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 
 from keyshared import Record, RetryPolicy
-from keyshared.dev.testing import TopicFactory
+from keyshared.dev.topics import TopicFactory
 from keyshared.spark import plan_replay, read_dlq, replay
 from tests.kafka.support.inprocess import Running, consumers_for
 from tests.kafka.support.spans import SpanSink, traced_headers

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from confluent_kafka import Producer
 
 from keyshared.cli import cli
-from keyshared.dev.testing import TopicFactory
+from keyshared.dev.topics import TopicFactory
 from keyshared.spark import read_topic, reprocess
 from tests.spark.handlers import LoggingHandler
 from tests.spark.support import WAIT, DlqHeader, header, read_all

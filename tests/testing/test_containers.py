@@ -25,7 +25,7 @@ from coordinator import ZooKeeperCoordinator
 from keyshared.dev import BOOTSTRAP_ENV, ZOOKEEPER_ENV
 from keyshared.dev.errors import StartupError
 from keyshared.dev.image import base_tag, debian_release, image_tag
-from keyshared.dev.testing import create_topic, delete_topics, unique_name
+from keyshared.dev.topics import create_topic, delete_topics, unique_name
 from keyshared.testing import BACKEND_ENV, KafkaCluster, docker_client, kafka_cluster
 from keyshared.testing.containers import CONTAINER_LABEL, container_servers
 from tests.kafka.support.journal import (

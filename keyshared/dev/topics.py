@@ -1,8 +1,9 @@
-"""Helpers for tests against a real broker: unique names and topics that are ready when returned.
+"""Unique names, and topics that are ready when returned, on a real broker.
 
-Used by `tests/conftest.py` (the `new_topic` and `new_group` fixtures) and importable by any
-test. Every test gets its own topics and groups (names are random), so tests never see each
-other's records or offsets even on one shared broker.
+Used by the demo, the bench, the public pytest plugin (`keyshared.testing.plugin`) and the
+project's own fixtures (`tests/conftest.py`: `new_topic`, `new_group`); not test-only, hence not
+under `tests/`. Every test gets its own topics and groups (names are random), so tests never
+see each other's records or offsets even on one shared broker.
 """
 
 from __future__ import annotations
