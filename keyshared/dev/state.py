@@ -7,13 +7,11 @@ ports even while a server is stopped, so a restart comes back on the same addres
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from keyshared.dev.errors import ClusterStateError
+from keyshared.dev.state_files import read_state_file, write_state_file
 
 __all__ = [
     "KAFKA",
@@ -63,33 +61,21 @@ def load_state(path: Path) -> ClusterState | None:
 
     :raises ClusterStateError: the file exists but is not a state file of this version.
     """
-    try:
-        raw = path.read_text()
-    except FileNotFoundError:
-        return None
-    try:
-        data: Any = json.loads(raw)
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise ValueError(f'expected an object with "format": {_FORMAT}')
+
+    def build(data: dict[str, Any]) -> ClusterState:
         kafka = data.get("kafka")
         zookeeper = data.get("zookeeper")
         return ClusterState(
             kafka=KafkaRecord(**_checked(kafka, ("port", "controller_port"))) if kafka else None,
             zookeeper=ZooKeeperRecord(**_checked(zookeeper, ("port",))) if zookeeper else None,
         )
-    except (ValueError, TypeError) as exc:
-        raise ClusterStateError(
-            f"the state file {path} is unreadable ({exc}). `keyshared dev down` stops any "
-            "server still running from this folder and removes the file."
-        ) from exc
+
+    return read_state_file(path, _FORMAT, build)
 
 
 def save_state(path: Path, state: ClusterState) -> None:
     """Replace the state file atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(asdict(state), indent=2) + "\n")
-    temporary.replace(path)
+    write_state_file(path, state)
 
 
 def _checked(record: Any, required: tuple[str, ...]) -> dict[str, Any]:

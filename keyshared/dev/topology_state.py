@@ -9,13 +9,11 @@ list name every node's ports).
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from keyshared.dev.errors import ClusterStateError
+from keyshared.dev.state_files import read_state_file, write_state_file
 from keyshared.dev.zookeeper import EnsemblePeer
 
 __all__ = [
@@ -98,29 +96,17 @@ def load_topology(path: Path) -> TopologyState | None:
 
     :raises ClusterStateError: the file exists but is not a topology file of this version.
     """
-    try:
-        raw = path.read_text()
-    except FileNotFoundError:
-        return None
-    try:
-        data: Any = json.loads(raw)
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise ValueError(f'expected an object with "format": {_FORMAT}')
+
+    def build(data: dict[str, Any]) -> TopologyState:
         return TopologyState(
             cluster_id=str(data["cluster_id"]),
             brokers=[BrokerNode(**node) for node in data["brokers"]],
             zookeepers=[ZooKeeperNode(**node) for node in data["zookeepers"]],
         )
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ClusterStateError(
-            f"the state file {path} is unreadable ({exc}). `keyshared dev down` stops any "
-            "server still running from this folder and removes the file."
-        ) from exc
+
+    return read_state_file(path, _FORMAT, build)
 
 
 def save_topology(path: Path, state: TopologyState) -> None:
     """Replace the state file atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(asdict(state), indent=2) + "\n")
-    temporary.replace(path)
+    write_state_file(path, state)
