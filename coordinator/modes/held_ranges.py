@@ -78,8 +78,11 @@ class HeldRanges:
         return [(slots, lease.token) for slots, lease in self.leases.items()]
 
     def add(self, slots: SlotRange, lease: Lease) -> None:
+        """Hold ``slots`` under ``lease``; raises, holding nothing, if its cursor writer cannot
+        be made (ZooKeeper away)."""
+        writer = self._writer_of(lease)
         self.leases[slots] = lease
-        self._writers[slots] = self._writer_of(lease)
+        self._writers[slots] = writer
 
     # -- writing cursors --------------------------------------------------------------------
 
@@ -210,11 +213,6 @@ class HeldRanges:
         """The ranges forgotten as fenced since the last call (to be queued for again)."""
         fenced, self._fenced = self._fenced, []
         return fenced
-
-    def fenced_again(self, slots: SlotRange) -> None:
-        """Queueing for ``slots`` again failed: hand it out again at the next take."""
-        if slots not in self._fenced:
-            self._fenced.append(slots)
 
     def fenced_waiting(self) -> bool:
         return bool(self._fenced)

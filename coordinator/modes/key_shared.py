@@ -115,6 +115,7 @@ class KeySharedMember:
         self._closing = False
         self._kafka = KafkaLiveness(context.kafka_config, context.topics)
         self._withdrawal = PlanWithdrawal(self._kafka, self._me, self._group)
+        self._missing = False  # a wanted range could not be queued for: retried from tick
 
     # -- Membership ------------------------------------------------------------------------------
 
@@ -153,7 +154,7 @@ class KeySharedMember:
         if (due or self._deferred.ready()) and not self._gate.lost:
             self._rebuild(drop=[])
         self._held.hand_back.tick()
-        if self._held.fenced_waiting() and not self._deferred.waiting:
+        if (self._missing or self._held.fenced_waiting()) and not self._deferred.waiting:
             self._queue_again()
         if self._topics.changed() and not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # partitions added, or the topic recreated: read them all
@@ -259,15 +260,19 @@ class KeySharedMember:
         lost = [slots for slots in self._held if slots not in owned]
         if lost:
             self._rebuild(drop=lost)
-        for slots in owned:
-            if slots not in self._held and slots not in self._queue:
-                self._queue.queue(slots, generation)
+        self._queue_missing()
 
     def _granted(self, slots: SlotRange, lease: Lease) -> None:
         if self._closing or self._gate.lost or slots not in self._desired:
             self._give_back(slots, lease)
             return
-        self._held.add(slots, lease)
+        try:
+            self._held.add(slots, lease)
+        except Exception as exc:  # ZooKeeper away: give it back, queue again from tick
+            log.warning("range %s: taking up its lease failed (%r); queueing again", slots, exc)
+            self._give_back(slots, lease)
+            self._missing = True
+            return
         # A read from the cursors drains the whole member and costs ZooKeeper and broker round
         # trips. A plan moves several ranges at once and their grants arrive one by one: read
         # once when the last one is in, or half a second after the first, not once per grant
@@ -318,18 +323,26 @@ class KeySharedMember:
 
     def _queue_again(self) -> None:
         """Queue for the ranges the plan in force gives this member that it neither holds nor
-        waits for: their lease was found gone (fenced) outside a session loss. Waiting for the
-        next plan instead left them read by nobody until some member came or went. A queueing
-        that fails (ZooKeeper away) is retried from ``tick``."""
+        waits for: a lease found gone (fenced) outside a session loss, or a queueing or grant
+        that ZooKeeper's absence broke. Waiting for the next plan instead left them read by
+        nobody until some member came or went (the chaos run's ZooKeeper restart showed it)."""
         for slots in self._held.take_fenced():
-            wanted = slots in self._desired and not (self._gate.lost or self._closing)
-            if wanted and slots not in self._held and slots not in self._queue:
-                log.info("range %s: its lease was found gone; queueing for it again", slots)
+            log.info("range %s: its lease was found gone; queueing for it again", slots)
+        self._queue_missing()
+
+    def _queue_missing(self) -> None:
+        """Queue for every wanted range neither held nor queued; a failure is retried from
+        ``tick``."""
+        self._missing = False
+        if self._gate.lost or self._closing:
+            return
+        for slots in self._desired:
+            if slots not in self._held and slots not in self._queue:
                 try:
                     self._queue.queue(slots, self._generation)
                 except Exception as exc:
                     log.warning("range %s: queueing failed (%r); retrying", slots, exc)
-                    self._held.fenced_again(slots)
+                    self._missing = True
 
     def _assign_now(self) -> None:
         events = self._events

@@ -52,6 +52,7 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
         "_deferred": SimpleNamespace(ready=lambda: False),  # no re-read waiting for records
         "_topics": SimpleNamespace(changed=lambda: False),  # no partition added meanwhile
         "_membership": None,  # not joined: the Kafka probe's check has nothing to leave
+        "_missing": False,  # every wanted range queued or held
     }
     for name, value in fields.items():
         setattr(m, name, value)
