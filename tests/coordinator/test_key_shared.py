@@ -12,11 +12,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
+from kazoo.protocol.states import KazooState
 
 import keyshared
 from coordinator import ZooKeeperCoordinator
+from keyshared.core.offsets import decode_finished
 from keyshared.core.slots import SlotRange, slot_of
 from tests.coordinator.conftest import NAMESPACE, WAIT_S, expire_session, take
 from tests.coordinator.members import StartMember, keys_in, members_for
@@ -51,6 +54,21 @@ class Sequencer:
                 self.counts[key] += 1
                 out.append((key, self.counts[key]))
         return out
+
+
+def _second_life(events: list[Event], pid: int, since: int, new_pid: int) -> list[Event]:
+    """``events`` with ``pid``'s calls started after ``since`` given ``new_pid`` (ends follow
+    their starts)."""
+    relabelled: dict[tuple[bytes | None, int, int], int] = {}
+    out = []
+    for event in sorted(events, key=lambda e: (e.t, e.kind == "S")):
+        if event.pid == pid:
+            call = (event.key, event.seq, event.attempt)
+            if event.kind == "S":
+                relabelled[call] = new_pid if event.t > since else pid
+            event = replace(event, pid=relabelled.get(call, pid))
+        out.append(event)
+    return out
 
 
 def in_range(events: list[Event], slots: SlotRange) -> list[Event]:
@@ -185,9 +203,35 @@ def test_a_member_whose_session_expires_is_fenced_and_the_new_owner_keeps_order(
     a = start(group, topic, a_journal, member="A", drain_timeout=3.0)
     assert holding.wait(WAIT_S), "A never reached the record it holds"
     [a_lease] = [lease for lease in admin.status(group).leases if lease.member_id == "A"]
+    # The scenario: A's cursor stands at the record it holds, every other record of the first
+    # batch finished above it. Without this wait a loaded machine expired A before its first
+    # cursor write, and the test then proved only at-least-once (CI run of stop 30).
+    stuck_offset = 2 * len(keys)  # a single partition: offsets in produce order, seq 3 of z0
+    others_done = set(range(stuck_offset + 1, 5 * len(keys))) - {
+        stuck_offset + n * len(keys) for n in (1, 2)
+    }
+    wait_until(
+        lambda: any(
+            c.member_id == "A"
+            and c.offset == stuck_offset
+            and others_done <= set(decode_finished(c.offset, c.metadata))
+            for c in admin.status(group).cursors
+        ),
+        "A's cursor at the record it holds, the others finished above it",
+        WAIT_S,
+    )
     start(group, topic, b_journal, member="B")
     wait_until(lambda: "B" in admin.status(group).members, "B to join", WAIT_S)
 
+    lost_at: list[int] = []  # when A learnt its session was gone: its later starts are anew
+
+    def on_lost(state: str) -> bool:
+        if state == KazooState.LOST:
+            lost_at.append(time.monotonic_ns())
+            return True
+        return False
+
+    a.zk.client.add_listener(on_lost)  # type: ignore[attr-defined]
     expire_session(a.zk.client, zookeeper_hosts)  # type: ignore[attr-defined]
     at_expiry = {(c.slots, c.topic, c.partition): c for c in admin.status(group).cursors}
     wait_until(
@@ -216,8 +260,23 @@ def test_a_member_whose_session_expires_is_fenced_and_the_new_owner_keeps_order(
                   key=lambda e: e.t)  # fmt: skip
     zombie = [next(e for e in held if e.kind == "S"), next(e for e in held if e.kind == "E")]
     events = [e for j in (a_journal, b_journal) for e in j.snapshot() if e not in zombie]
+    # A after its session expired is a new life: it starts from the group's cursors, and may
+    # run again what its old life ran and never committed (at-least-once). The journal's rule
+    # "a process never goes back in a key" holds per life, so A's second life gets its own pid.
+    [expired] = lost_at
+    events = _second_life(events, pid=1, since=expired, new_pid=3)
     report = check(events, seq.counts)
     assert not report.missing and not report.violations, report.summary()
+    # And B took over from A's last cursor: nothing A's cursor counted done ran again.
+    done_at_expiry = {
+        offset
+        for c in at_expiry.values()
+        if c.member_id == "A"
+        for offset in [*range(c.offset), *decode_finished(c.offset, c.metadata)]
+    }
+    assert others_done <= done_at_expiry, "A's cursor at expiry is not the one awaited"
+    again = [e for e in events if e.kind == "S" and e.t > expired and e.offset in done_at_expiry]
+    assert not again, f"records A's cursor counted done ran again: {again[:5]}"
     assert [e.pid for e in events if e.key == stuck and e.seq == 3 and e.kind == "E"], (
         "nobody but the zombie ran the record it held: it would be lost"
     )
