@@ -45,6 +45,7 @@ from coordinator.modes.range_cursors import (
 )
 from coordinator.modes.session_gate import SessionGate
 from coordinator.modes.topic_watch import TopicWatch
+from coordinator.modes.watermark_pass import LowWatermarkPass
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.filters import KeyFilter
 from keyshared.core.health import Role
@@ -61,7 +62,6 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 _CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per cursor
-_WATERMARK_EVERY = 5.0  # seconds between the leader's low-watermark commits to Kafka
 _NULL_SLOT = slot_of(b"")
 _ASSIGN_RETRY_S = 0.5
 _REGAIN_COALESCE_S = 0.5  # grants arriving within this of the first are read together
@@ -99,7 +99,6 @@ class KeySharedMember:
             HandBack(self._dispatcher, self._gate.connected),
         )
         self._states: list[PartitionState] = []  # of the current assignment: a lease waits for them
-        self._next_watermark = 0.0
         self._assign_retry_at: float | None = None
         self._regain_at: float | None = None  # granted ranges wait until then to be read
         self._deferred = DeferredRebuild(self._dispatcher, self._options.drain_timeout, self._me)
@@ -108,6 +107,9 @@ class KeySharedMember:
             self._leases, context.inbox, self._gate.metrics, self._granted, self._give_back
         )
         self._topics = TopicWatch.of(zk.client, zk.layout(self._group), context)
+        self._watermark = LowWatermarkPass(
+            self._topics, zk.client, zk.layout(self._group), context.kafka_config
+        )
         self._reader = ClaimsReader(zk, self._group, self._topics, context.kafka_config, self._me)
         self._leader: Any = None
         self._watch: Any = None
@@ -166,11 +168,10 @@ class KeySharedMember:
     def leave(self) -> None:
         """After the final commit: give every range up and end the session."""
         self._closing = True
-        if self._consumer is not None and self._gate.connected():
-            # Final cursors written: bring the group's Kafka offsets up to every range's cursor,
-            # so lag tools see the end even with no leader left. Every member does it, even one
-            # holding nothing now: the last to leave sees every other member's final cursors.
-            self._topics.commit_low_watermark(self._consumer, leaving=True)
+        # Final cursors written: bring the group's Kafka offsets up to every range's cursor,
+        # so lag tools see the end even with no leader left. Every member does it, even one
+        # holding nothing now: the last to leave sees every other member's final cursors.
+        self._watermark.final(run=self._consumer is not None and self._gate.connected())
         self._queue.cancel_all()
         self._held.release_all(self._states)  # each lease stands while a call of its keys runs
         self._gate.stop()
@@ -211,16 +212,10 @@ class KeySharedMember:
 
     def commit_async(self, states: Any) -> None:
         self._flush(list(states), force=False)
-        # Not while Kafka is silent: the pass would hold the poll thread in Kafka's timeouts.
+        # Kafka's offsets up to the ranges' cursors (lag tools), superseded cursors collected:
+        # on a thread of its own, the poll thread never waits for Kafka there.
         if self._leader is not None and self._leader.is_leader and self._kafka.answering():
-            now = time.monotonic()
-            if now >= self._next_watermark:
-                # Until the first one lands, try at every commit interval: before it, Kafka (and
-                # every lag tool) does not know the group at all.
-                # Kafka's offsets up to the ranges' cursors (lag tools), superseded cursors
-                # collected (TopicWatch.commit_low_watermark).
-                committed = self._topics.commit_low_watermark(self._consumer)
-                self._next_watermark = now + (_WATERMARK_EVERY if committed else 0.0)
+            self._watermark.due()
 
     def commit_sync(self, states: Any) -> bool:
         return self._flush(list(states), force=True)

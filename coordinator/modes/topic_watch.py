@@ -16,22 +16,19 @@ of range cursors must handle itself (issue 24):
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
-from coordinator.cursors import Cursor, delete_superseded, read_cursors
+from coordinator.cursors import Cursor
 from coordinator.incarnations import Incarnation, TopicRecord, TopicRecords
 from coordinator.layout import GroupLayout
-from coordinator.modes.range_cursors import low_watermarks
 from keyshared.errors import KeySharedError
 from keyshared.kafka.client_config import client_properties
 from keyshared.kafka.seams import PlugContext
@@ -43,7 +40,6 @@ log = logging.getLogger(__name__)
 TP = tuple[str, int]
 _CHECK_EVERY_S = 5.0  # how often the topics are described (partition count, topic id)
 _RESET_TO_END = ("latest", "end", "largest")
-_PASS_TIMEOUT_S = 5.0  # the low-watermark pass waits this long at most for Kafka
 _STALE_READ_S = 2.0  # a read of Kafka's offsets and the records slower than this is redone
 
 
@@ -141,7 +137,19 @@ class TopicWatch:
 
     def read(self, consumer: Any, timeout: float | None = None) -> dict[TP, int]:
         """The group's Kafka committed offsets (-1: none), with every topic's record reconciled
-        against them (:func:`coordinator.incarnations.reconcile`).
+        against them (:func:`coordinator.incarnations.reconcile`); the records are kept for
+        :meth:`split` and :meth:`incarnations`."""
+        committed, self.records = self.reconciled(
+            lambda: self._committed(consumer, timeout or self._timeout)
+        )
+        return committed
+
+    def reconciled(
+        self, kafka_offsets: Callable[[], dict[TP, int]]
+    ) -> tuple[dict[TP, int], dict[str, TopicRecord]]:
+        """Kafka's committed offsets (``kafka_offsets``), and every topic's record reconciled
+        against them. Leaves this watch's own records alone: the low-watermark pass calls it
+        from a thread of its own.
 
         Kafka first, the records second: the group's own commits name their offset in the
         record before Kafka has it, so read in this order an own commit is never mistaken for
@@ -149,7 +157,7 @@ class TopicWatch:
         """
         for _attempt in range(3):
             began = time.monotonic()
-            committed = self._committed(consumer, timeout or self._timeout)
+            committed = kafka_offsets()
             records = {}
             for topic, (topic_id, count) in self.described.items():
                 offsets = {p: o for (t, p), o in committed.items() if t == topic}
@@ -159,8 +167,7 @@ class TopicWatch:
                 records[topic] = record
             if time.monotonic() - began < _STALE_READ_S:
                 break
-        self.records = records
-        return committed
+        return committed, records
 
     def _committed(self, consumer: Any, timeout: float) -> dict[TP, int]:
         wanted = [TopicPartition(t, p) for t, p in self.partitions()]
@@ -175,13 +182,17 @@ class TopicWatch:
             if t in self.records
         }
 
-    def split(self, cursors: Iterable[Cursor]) -> tuple[list[Cursor], list[Cursor]]:
-        """``cursors`` that belong to the incarnation read last, and those that do not. Cursors
-        of topics this member does not read are not judged (they count)."""
+    def split(
+        self, cursors: Iterable[Cursor], records: Mapping[str, TopicRecord] | None = None
+    ) -> tuple[list[Cursor], list[Cursor]]:
+        """``cursors`` that belong to the incarnation of ``records`` (default: those read
+        last), and those that do not. Cursors of topics this member does not read are not
+        judged (they count)."""
+        records = self.records if records is None else records
         valid: list[Cursor] = []
         stale: list[Cursor] = []
         for cursor in cursors:
-            record = self.records.get(cursor.topic)
+            record = records.get(cursor.topic)
             counts = record is None or record.accepts(cursor.partition, cursor.incarnation)
             (valid if counts else stale).append(cursor)
         return valid, stale
@@ -202,75 +213,3 @@ class TopicWatch:
             )
             bases[(topic, partition)] = high if to_end else low
         return bases
-
-    # -- the low-watermark pass ---------------------------------------------------------------
-
-    def commit_low_watermark(self, consumer: Any, leaving: bool = False) -> bool:
-        """Bring the group's Kafka offsets up to its ranges' cursors (for lag tools), naming
-        each commit in the topic's record first; collect the cursors that stopped counting
-        (another incarnation, or superseded). False when nothing could be committed yet. It
-        runs on the poll thread, so it waits at most ``_PASS_TIMEOUT_S`` for Kafka's offsets.
-
-        A commit names two offsets in the record, the new one and what Kafka held. Once Kafka
-        is seen holding the new one, a pass at least ``SETTLE_AFTER_S`` later forgets the old
-        one (:func:`coordinator.incarnations.settled`). When the last member leaves
-        (``leaving``, nobody else is left to read) the record is settled at once: a reset to
-        the offset Kafka held before its final commit must show.
-        """
-        try:
-            last = leaving and len(self._client.get_children(self._layout.members)) <= 1
-            committed = self.read(consumer, _PASS_TIMEOUT_S)
-            self._settle(committed)
-            valid, stale = self.split(read_cursors(self._client, self._layout))
-            _delete(self._client, self._layout, stale)
-            delete_superseded(self._client, self._layout, valid)
-            offsets = low_watermarks(valid)
-        except Exception as exc:
-            log.debug("reading cursors for the low watermark failed: %s", exc)
-            return False
-        if not offsets:
-            return False
-        todo = [tp for tp in offsets if committed.get((tp.topic, tp.partition)) != tp.offset]
-        allowed: list[TopicPartition] = []
-        try:
-            for topic in sorted({tp.topic for tp in todo}):
-                mine = {tp.partition: tp.offset for tp in todo if tp.topic == topic}
-                held = {p: committed.get((topic, p), -1) for p in mine}
-                topic_id = self.described.get(topic, ("", 0))[0]
-                if self._records.commit(topic, topic_id, mine, held):
-                    allowed += [tp for tp in todo if tp.topic == topic]
-            if allowed:
-                # Synchronous: the record names this commit and what Kafka held before it;
-                # the next pass must know which of the two Kafka holds.
-                consumer.commit(offsets=allowed, asynchronous=False)
-            if last:
-                done = {(tp.topic, tp.partition): tp.offset for tp in allowed}
-                self._settle({**committed, **done}, at_once=True)
-        except Exception as exc:
-            log.debug("committing the low watermark failed: %s", exc)
-            return False
-        return True
-
-    def _settle(self, committed: Mapping[TP, int], at_once: bool = False) -> None:
-        for topic, (topic_id, _) in self.described.items():
-            held = {p: o for (t, p), o in committed.items() if t == topic and o >= 0}
-            if held:
-                self._records.settle(topic, topic_id, held, at_once)
-
-
-def _delete(client: KazooClient, layout: GroupLayout, cursors: list[Cursor]) -> None:
-    """Delete cursors of another incarnation (each only if unchanged since read), and their
-    range directories if that empties them. Pipelined."""
-    deletes = [
-        client.delete_async(layout.cursor(c.slots, c.topic, c.partition), version=c.data_version)
-        for c in cursors
-        if c.data_version >= 0
-    ]
-    for result in deletes:
-        with contextlib.suppress(NoNodeError, BadVersionError):
-            result.get()
-    for slots in {c.slots for c in cursors}:
-        with contextlib.suppress(NoNodeError, NotEmptyError):
-            client.delete(layout.cursor_range(slots))
-    if cursors:
-        log.info("collected %d cursor(s) of another topic incarnation", len(cursors))

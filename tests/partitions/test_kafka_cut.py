@@ -15,11 +15,16 @@ key run twice at once.
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import pytest
 
+from coordinator import ZooKeeperCoordinator
+from coordinator.incarnations import TopicRecords
 from keyshared.dev.topics import unique_name
+from tests.coordinator.conftest import NAMESPACE
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import check, produce
@@ -97,5 +102,66 @@ def test_a_member_cut_off_from_kafka_gives_its_work_up_within_a_bound(
     _round(servers, name, seq)
     _await_round(both, seq)
 
+    report = check(a.snapshot() + b.snapshot(), dict.fromkeys(KEYS, seq))
+    assert not report.missing and not report.violations, report.summary()
+
+
+def test_a_leader_cut_off_in_the_middle_of_its_low_watermark_pass_still_gives_its_work_up(
+    servers: Partitioned,
+    topic: object,
+    start: StartMember,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leader's low-watermark pass reads the group's offsets from Kafka, then commits.
+    A link that goes silent between the two used to leave the commit waiting for its socket
+    timeout (a minute) on the poll thread: no tick, so no withdrawal, and the member's keys
+    waited as long (the CI run of stop 30). Here the blackhole falls exactly there."""
+    armed = threading.Event()
+    fired = threading.Event()
+    original_commit = TopicRecords.commit
+
+    def commit(self: TopicRecords, *args: Any, **kwargs: Any) -> bool:
+        # Naming the commit in the topic's record comes after the pass read Kafka's offsets
+        # and before it commits; only the leader, A, makes passes.
+        named = original_commit(self, *args, **kwargs)
+        if armed.is_set() and not fired.is_set():
+            fired.set()
+            servers.kafka_link.blackhole()
+        return named
+
+    monkeypatch.setattr(TopicRecords, "commit", commit)
+
+    name = topic(2)  # type: ignore[operator]
+    group = unique_name("kafka-cut-pass")
+    a, b = Recorder(pid=1), Recorder(pid=2)
+    start(group, name, a, "a", bootstrap=servers.kafka_link.address, **KEY_SHARED)
+    with ZooKeeperCoordinator(servers.zookeeper, namespace=NAMESPACE).start() as admin:
+        wait_until(lambda: admin.status(group).leader == "a", "A to lead", 30)
+    start(group, name, b, "b", **KEY_SHARED)
+    both = [a, b]
+    seq = 0
+    while not (seq and _finished([a], seq) and _finished([b], seq)):  # until both hold work
+        seq += 1
+        _round(servers, name, seq)
+        _await_round(both, seq)
+    a_keys = _finished([a], seq)
+
+    armed.set()  # A's next pass (every few seconds) meets the blackhole
+    assert fired.wait(30), "A's low-watermark pass never ran"
+    cut = time.monotonic_ns()
+    seq += 1
+    _round(servers, name, seq)
+    _await_round(both, seq)
+    taken_over = min(
+        e.t for e in b.snapshot() if e.kind == "S" and e.seq == seq and e.key in a_keys
+    )
+    bound = (taken_over - cut) / 1e9
+    print(f"\nA's keys moved to B {bound:.1f} s after the blackhole in its pass")
+    assert bound < BOUND_S
+
+    servers.kafka_link.heal()
+    seq += 1
+    _round(servers, name, seq)
+    _await_round(both, seq)
     report = check(a.snapshot() + b.snapshot(), dict.fromkeys(KEYS, seq))
     assert not report.missing and not report.violations, report.summary()

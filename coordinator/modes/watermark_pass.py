@@ -1,0 +1,225 @@
+"""The ``key_shared`` leader's low-watermark pass, on a thread of its own.
+
+A ``key_shared`` group's progress lives in its range cursors; Kafka's committed offsets are
+brought up to them (the lowest cursor of each partition) so that lag tools see the group, and
+the pass also collects the cursors that stopped counting. The pass reads Kafka's offsets, names
+its commit in the topic's record, then commits: requests to the broker, each of which can wait
+for as long as the link to the broker lets it.
+
+It ran on the poll thread and used the consumer. A link to the broker that went silent between
+the read and the commit left the synchronous commit waiting for its socket timeout, a minute:
+no tick ran meanwhile, so the member did not notice Kafka's silence and kept its ranges, and
+their keys waited as long (found by the CI run of stop 30; reproduced by
+``tests/partitions/test_kafka_cut.py``, which blackholes the link exactly there). Now the pass
+runs on a thread of its own, with a Kafka client of its own; the poll thread only starts it,
+and waits for it (bounded) only when the member leaves (:meth:`LowWatermarkPass.final`).
+
+Its client is a plain consumer of the group, used synchronously on that thread, rather than
+the admin client's futures: those complete in a librdkafka thread, and a Python callback there
+may run the garbage collector, which aborts the process if it frees another client
+(confluent-kafka-python PR 2131; it happened here in a test run).
+
+One pass at a time, and a commit is only named after the previous one has finished: the record
+names two offsets per partition (the new one, and what Kafka held), which is only sound while no
+other commit of the group is on its way to Kafka.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
+
+from coordinator.cursors import Cursor, delete_superseded, read_cursors
+from coordinator.incarnations import TopicRecords
+from coordinator.layout import GroupLayout
+from coordinator.modes.range_cursors import low_watermarks
+from coordinator.modes.topic_watch import TopicWatch
+from keyshared.kafka.client_config import client_properties
+
+__all__ = ["LowWatermarkPass"]
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+EVERY_S = 5.0  # seconds between two passes that committed
+PASS_TIMEOUT_S = 5.0  # bound of each Kafka request of a pass
+
+
+class LowWatermarkPass:
+    """The leader's periodic pass (see the module docstring).
+
+    :param watch: the member's topic watch (topics, ids, the admin client).
+    :param client: the member's kazoo client.
+    :param layout: the group's paths.
+    :param kafka_config: the consumer's config: its group, connection and security.
+    """
+
+    def __init__(
+        self,
+        watch: TopicWatch,
+        client: KazooClient,
+        layout: GroupLayout,
+        kafka_config: Mapping[str, Any],
+    ) -> None:
+        self._watch = watch
+        self._client = client
+        self._layout = layout
+        self._records = TopicRecords(client, layout)
+        self._config = {
+            **client_properties(kafka_config),
+            "group.id": kafka_config["group.id"],
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+        }
+        self._consumer: Any = None  # made and used on the pass's thread only
+        self._thread: threading.Thread | None = None
+        self._next = 0.0
+
+    def due(self) -> None:
+        """Start a pass if one is due and none runs (poll thread; never waits). Until the first
+        one lands a pass is due at every call: before it, lag tools do not know the group."""
+        if self._running() or time.monotonic() < self._next:
+            return
+        self._start(self._periodic)
+
+    def final(self, run: bool, wait: float = 3 * PASS_TIMEOUT_S) -> None:
+        """When the member leaves, after its final cursors: the last pass (``run``; the last
+        member to leave brings Kafka up to every range's cursor), then the pass's client is
+        closed. Waits ``wait`` seconds at most for each pass (one still running first: two
+        commits must never be on their way at once); one that Kafka leaves unanswered is
+        given up, logged, with its client."""
+        if not self._joined(wait):
+            return
+        self._start(self._leaving if run else self._close)
+        self._joined(wait)
+
+    def _joined(self, wait: float) -> bool:
+        thread = self._thread
+        if thread is not None:
+            thread.join(wait)
+            if thread.is_alive():
+                log.warning("the low-watermark pass still waits for Kafka after %gs", wait)
+                return False
+        return True
+
+    def _start(self, body: Any) -> None:
+        self._thread = threading.Thread(target=body, name="keyshared-low-watermark", daemon=True)
+        self._thread.start()
+
+    def _running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _periodic(self) -> None:
+        committed = self.run()
+        self._next = time.monotonic() + (EVERY_S if committed else 0.0)
+
+    def _leaving(self) -> None:
+        try:
+            self.run(leaving=True)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.close()
+
+    def run(self, leaving: bool = False) -> bool:
+        """One pass: bring the group's Kafka offsets up to its ranges' cursors, naming each
+        commit in the topic's record first; collect the cursors that stopped counting (another
+        incarnation, or superseded). False when nothing could be committed.
+
+        A commit names two offsets in the record, the new one and what Kafka held. Once Kafka
+        is seen holding the new one, a pass at least ``SETTLE_AFTER_S`` later forgets the old
+        one (:func:`coordinator.incarnations.settled`). When the last member leaves
+        (``leaving``, nobody else is left to read) the record is settled at once: a reset to
+        the offset Kafka held before its final commit must show.
+        """
+        watch = self._watch
+        try:
+            last = leaving and len(self._client.get_children(self._layout.members)) <= 1
+            committed, records = watch.reconciled(self._committed)
+            self._settle(committed)
+            valid, stale = watch.split(read_cursors(self._client, self._layout), records)
+            _delete(self._client, self._layout, stale)
+            delete_superseded(self._client, self._layout, valid)
+            offsets = low_watermarks(valid)
+        except Exception as exc:
+            log.debug("reading cursors for the low watermark failed: %s", exc)
+            return False
+        if not offsets:
+            return False
+        todo = [tp for tp in offsets if committed.get((tp.topic, tp.partition)) != tp.offset]
+        allowed: list[TopicPartition] = []
+        try:
+            for topic in sorted({tp.topic for tp in todo}):
+                mine = {tp.partition: tp.offset for tp in todo if tp.topic == topic}
+                held = {p: committed.get((topic, p), -1) for p in mine}
+                topic_id = watch.described.get(topic, ("", 0))[0]
+                if self._records.commit(topic, topic_id, mine, held):
+                    allowed += [tp for tp in todo if tp.topic == topic]
+            if allowed:
+                # Waited for: the record names this commit and what Kafka held before it;
+                # the next pass must know which of the two Kafka holds.
+                self._commit(allowed)
+            if last:
+                done = {(tp.topic, tp.partition): tp.offset for tp in allowed}
+                self._settle({**committed, **done}, at_once=True)
+        except Exception as exc:
+            log.debug("committing the low watermark failed: %s", exc)
+            return False
+        return True
+
+    # -- Kafka, through the pass's own consumer (on the pass's thread) --------------------------
+
+    def _kafka(self) -> Any:
+        if self._consumer is None:
+            self._consumer = Consumer(self._config)
+        return self._consumer
+
+    def _committed(self) -> dict[TP, int]:
+        wanted = [TopicPartition(t, p) for t, p in self._watch.partitions()]
+        offsets: dict[TP, int] = {}
+        for tp in self._kafka().committed(wanted, timeout=PASS_TIMEOUT_S):
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            offsets[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
+        return offsets
+
+    def _commit(self, offsets: list[TopicPartition]) -> None:
+        for tp in self._kafka().commit(offsets=offsets, asynchronous=False) or []:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+
+    def _settle(self, committed: dict[TP, int], at_once: bool = False) -> None:
+        for topic, (topic_id, _) in self._watch.described.items():
+            held = {p: o for (t, p), o in committed.items() if t == topic and o >= 0}
+            if held:
+                self._records.settle(topic, topic_id, held, at_once)
+
+
+def _delete(client: KazooClient, layout: GroupLayout, cursors: list[Cursor]) -> None:
+    """Delete cursors of another incarnation (each only if unchanged since read), and their
+    range directories if that empties them. Pipelined."""
+    deletes = [
+        client.delete_async(layout.cursor(c.slots, c.topic, c.partition), version=c.data_version)
+        for c in cursors
+        if c.data_version >= 0
+    ]
+    for result in deletes:
+        with contextlib.suppress(NoNodeError, BadVersionError):
+            result.get()
+    for slots in {c.slots for c in cursors}:
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            client.delete(layout.cursor_range(slots))
+    if cursors:
+        log.info("collected %d cursor(s) of another topic incarnation", len(cursors))
