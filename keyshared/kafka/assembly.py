@@ -8,9 +8,9 @@ the dispatcher, which needs its ``submit``; the dispatcher before the executor a
 coordinator's plug; the plug's seams before the poll loop. Each part's tear-down is registered on
 the run's ``ExitStack`` as it is built, so every exit closes what started, in reverse.
 
-What the consumer's own methods reach afterwards (a release, the pull style, commit callbacks,
-the metrics URL) is set in :class:`RunParts` as each part is built, at the moment the consumer
-used to set it on itself.
+What the consumer's own methods reach from other threads (a release, the pull style, commit
+callbacks, the metrics URL) is set in :class:`RunParts` the moment each part is built, so they
+see it as soon as it exists (the key-state store before it starts loading, for instance).
 """
 
 from __future__ import annotations
