@@ -25,7 +25,9 @@ Session handling is :class:`~coordinator.modes.session_gate.SessionGate`'s: susp
 dispatch and commits; lost fences every partition (``events.lost``) and keeps them paused; a
 renewed session queues for the leases of the partitions the group still assigns here.
 Everything in this class runs on the poll thread (rebalance callbacks are served inside
-``consume``); lease waits run on threads of their own that post the grant to the inbox.
+``consume``); lease waits run on threads of their own that post the grant to the inbox. Every
+way a lease ends here (revoke, lost, session expired, lease removed) is in
+:mod:`coordinator.modes.partition_release`, a base class of the member.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ from kazoo.exceptions import KazooException
 from coordinator.errors import MemberIdInUse
 from coordinator.leases import Lease, PendingLease
 from coordinator.members import MemberInfo, Membership
-from coordinator.modes.handback import HandBack, gone
+from coordinator.modes.handback import HandBack
 from coordinator.modes.lease_queue import wait_in_background
 from coordinator.modes.leased_commits import LeasedCommits
+from coordinator.modes.partition_release import TP, PartitionReleases, tp_name
 from coordinator.modes.session_gate import SessionGate
 from keyshared.core.health import Role
 from keyshared.kafka.commits import Committer
@@ -59,11 +62,10 @@ __all__ = ["PartitionLeaseMember"]
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 _REQUEUE_EVERY = 1.0  # seconds between retries of a lease that could not even be queued
 
 
-class PartitionLeaseMember:
+class PartitionLeaseMember(PartitionReleases):
     """The consumer's membership and cursor store in ``partition`` mode with a coordinator.
 
     Example::
@@ -154,9 +156,9 @@ class PartitionLeaseMember:
         self._pending.clear()
         for tp, lease in self._held.items():
             state = self._state.get(tp)
-            self._hand_back.add(_name(tp), self._release_of(lease), [state] if state else [])
+            self._hand_back.add(tp_name(tp), self._release_of(lease), [state] if state else [])
         for tp, lease in self._ready.items():
-            self._hand_back.add(_name(tp), self._release_of(lease))
+            self._hand_back.add(tp_name(tp), self._release_of(lease))
         self._held.clear()
         self._ready.clear()
         self._gate.stop()
@@ -180,60 +182,6 @@ class PartitionLeaseMember:
         for tp in _tps(partitions):
             self._assigned.add(tp)
             self._queue_for(tp)
-
-    def _on_revoke(self, tps: list[TP]) -> None:
-        """Drain and commit what runs, then release; keep the lease of stragglers."""
-        if self._closing:
-            return  # served by consumer.close() after leave(): nothing is held any more
-        events = self._require_events()
-        self._forget(tps)
-        held = [tp for tp in tps if tp in self._held]
-        if not held:
-            return
-        events.revoked(held)
-        for tp in held:
-            self._give_back(tp)
-
-    def _on_lost(self, tps: list[TP]) -> None:
-        """Taken away without a revoke: discard, commit nothing, release once nothing runs."""
-        if self._closing:
-            return
-        events = self._require_events()
-        self._forget(tps)
-        held = [tp for tp in tps if tp in self._held]
-        if held:
-            events.lost(held)
-        for tp in held:
-            self._give_back(tp)
-
-    def _forget(self, tps: list[TP]) -> None:
-        """The group took these away: stop waiting for their leases."""
-        for tp in tps:
-            self._assigned.discard(tp)
-            self._unqueued.discard(tp)
-            pending = self._pending.pop(tp, None)
-            if pending is not None:
-                pending[0].cancel()
-            ready = self._ready.pop(tp, None)
-            if ready is not None:
-                self._hand_back.add(_name(tp), self._release_of(ready))
-        self._gate.metrics.pending_drains(len(self._pending))
-
-    def _give_back(self, tp: TP) -> None:
-        """Release the lease of a partition the poll loop let go, once nothing of it runs."""
-        lease = self._held.pop(tp)
-        state = self._state.pop(tp, None)
-        if state is not None:
-            with self._dispatcher.lock:
-                running = state.running
-            if running:
-                log.warning(
-                    "%s: %d handler(s) still running after the drain; the lease is kept until "
-                    "they finish, so the next owner cannot overlap them",
-                    state,
-                    running,
-                )
-        self._hand_back.add(_name(tp), self._release_of(lease), [state] if state else [])
 
     # -- leases -----------------------------------------------------------------------------------
 
@@ -276,7 +224,7 @@ class PartitionLeaseMember:
     def _granted(self, tp: TP, pending: PendingLease, lease: Lease) -> None:
         entry = self._pending.get(tp)
         if entry is None or entry[0] is not pending or self._closing or self._gate.lost:
-            self._hand_back.add(_name(tp), self._release_of(lease))  # withdrawn meanwhile
+            self._hand_back.add(tp_name(tp), self._release_of(lease))  # withdrawn meanwhile
             return
         del self._pending[tp]
         self._gate.metrics.pending_drains(len(self._pending))
@@ -325,31 +273,13 @@ class PartitionLeaseMember:
         return OFFSET_BEGINNING if reset in ("smallest", "earliest", "beginning") else OFFSET_END
 
     def _straggling(self, tp: TP) -> bool:
-        return self._hand_back.busy(_name(tp))
+        return self._hand_back.busy(tp_name(tp))
 
     def _release_of(self, lease: Lease) -> Callable[[], None]:
         """The release of ``lease``, retried by the hand-back until ZooKeeper takes it."""
         return lambda: self._leases.release(lease)
 
     # -- the session ------------------------------------------------------------------------------
-
-    def _fence(self) -> None:
-        """The session expired: every lease is gone. Discard everything, commit nothing."""
-        events = self._require_events()
-        for pending, _ in self._pending.values():
-            pending.cancel()
-        self._pending.clear()
-        self._ready.clear()
-        held = list(self._held)
-        if held:
-            events.lost(held)
-        self._hand_back.fence_all()
-        for tp, state in self._state.items():
-            self._hand_back.add(_name(tp), gone, [state], alive=False)
-        self._held.clear()
-        self._state.clear()
-        self._pause(self._assigned)
-        self._unqueued |= self._assigned
 
     def _rejoin(self) -> None:
         """A new session: join again (stop if another process took the id meanwhile), and
@@ -370,19 +300,6 @@ class PartitionLeaseMember:
         if parts:
             with contextlib.suppress(KafkaException):
                 self._consumer.pause(parts)
-
-    def _leasegone(self, tp: TP, lease: Lease) -> None:
-        """Someone removed a lease this member held: stop the partition, queue for it again."""
-        if self._held.get(tp) is not lease:
-            return
-        self._require_events().lost([tp])
-        self._held.pop(tp)
-        state = self._state.pop(tp, None)
-        if state is not None:
-            self._hand_back.add(_name(tp), gone, [state], alive=False)
-        self._pause([tp])
-        if tp in self._assigned:
-            self._queue_for(tp)
 
     def _require_events(self) -> MembershipEvents:
         assert self._events is not None, "join() has not been called"

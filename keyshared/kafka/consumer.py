@@ -1,9 +1,10 @@
-"""``KeySharedConsumer``: the public entry point, which only wires the parts together.
+"""``KeySharedConsumer``: the public entry point; it runs the parts, it does not do their work.
 
 Each responsibility lives elsewhere: the poll loop (``poll_loop``), dispatch and windows
 (``dispatcher``), what happens to a record (``execution``), commits (``commits``), dead letters
-(``dlq``), parked keys (``keystate``), workers (``workers``). This class builds them from the
-options, runs the loop, and tears everything down in the right order.
+(``dlq``), parked keys (``keystate``), workers (``workers``). Building them in the order they
+need each other is ``assembly``'s; this class checks its arguments, runs the loop, tears
+everything down in the right order, and serves the pull style and operator releases.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any, cast
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from keyshared.core.poison import PoisonPolicy
 from keyshared.core.redaction import shown_key
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.arguments import (
@@ -29,22 +29,11 @@ from keyshared.kafka.arguments import (
     resolve_options,
     topic_list,
 )
+from keyshared.kafka.assembly import RunParts, assemble
 from keyshared.kafka.batches import BatchHandler
-from keyshared.kafka.dispatcher import Dispatcher
-from keyshared.kafka.dlq import DeadLetterWriter
-from keyshared.kafka.execution import RecordExecutor
-from keyshared.kafka.health_view import HealthView
-from keyshared.kafka.hotkeys_view import hot_keys_report
-from keyshared.kafka.keystate import KeyStateStore
-from keyshared.kafka.poll_loop import PollLoop
-from keyshared.kafka.pull import PullQueue
-from keyshared.kafka.runners import Runner, make_runner
-from keyshared.kafka.scheduler import Scheduler
-from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox
+from keyshared.kafka.seams import Coordination
 from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
 from keyshared.kafka.tracing import handler_tracer
-from keyshared.kafka.transactions import transactional_store
-from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
 from keyshared.record import Record
 from keyshared.settings import ConsumerOptions, build_kafka_config
 
@@ -52,7 +41,6 @@ __all__ = ["KeySharedConsumer"]
 
 log = logging.getLogger(__name__)
 _member_seq = itertools.count(1)
-_NEEDS_KEYSTATE = (PoisonPolicy.BLOCK, PoisonPolicy.BLOCK_AND_DEAD_LETTER, PoisonPolicy.PARK)
 
 
 class KeySharedConsumer:
@@ -120,7 +108,6 @@ class KeySharedConsumer:
         )
         self._config.setdefault("client.id", self.member)
         self._stop = threading.Event()
-        self._loop: PollLoop | None = None
         self._ran = False
         user_error_cb = self._config.get("error_cb")
         self._client_errors = ClientErrors(user_error_cb if callable(user_error_cb) else None)
@@ -128,11 +115,8 @@ class KeySharedConsumer:
         self._consumer = build_consumer(self._config, self._on_commit, self._client_errors)
         self._consumer_closed = False
         self._started = threading.Event()
-        self._dispatcher: Dispatcher | None = None
-        self._keystate: KeyStateStore | None = None
-        self._metrics_server: MetricsServer | None = None
+        self._parts = RunParts()  # filled in as run() builds them (assembly.py)
         self._finished = threading.Event()
-        self._pull: PullQueue | None = None
         self._bg_lock = threading.Lock()
         self._bg_thread: threading.Thread | None = None
         self._bg_error: BaseException | None = None
@@ -172,99 +156,26 @@ class KeySharedConsumer:
         log.info("consumer %s of group %s stopped", self.member, self.group)
 
     def _run_parts(self, stack: contextlib.ExitStack) -> None:
-        options = self.options
-        metrics = ConsumerMetrics(self.group, self.member)
-        stack.callback(metrics.close)
-        metrics.set_workers(options.workers)
-        for topic in (t for t in self.topics if not t.startswith("^")):
-            # Known topics' series start at zero; a pattern subscription's appear on use.
-            metrics.expect_topic(topic)
-            if options.poison_for(topic).dead_letters:
-                metrics.expect_dlq(options.dlq_topic_for(topic))
-        scheduler = Scheduler()
-        stack.callback(scheduler.close)
-        dlq = DeadLetterWriter(
-            self._config,
-            self.group,
-            options.dlq_topic_for,
-            metrics,
-            scheduler.call_later,
-            redact=options.redact,
+        loop = assemble(
+            stack,
+            self._parts,
+            consumer=self._consumer,
+            config=self._config,
+            options=self.options,
+            group=self.group,
+            member=self.member,
+            topics=self.topics,
+            handler=self._handler,
+            is_async=self._is_async,
+            tracer=self._tracer,
+            coordinator=self._coordinator,
+            stop=self._stop,
+            request_stop=self.stop,
+            on_remote_release=self._on_remote_release,
         )
-        stack.callback(dlq.close, 5.0)
-        policies = {options.poison, *options.poison_by_topic.values()}
-        if policies & set(_NEEDS_KEYSTATE):
-            self._keystate = KeyStateStore(
-                self._config,
-                self.group,
-                self._on_remote_release,
-                scheduler.call_later,
-                redact=options.redact,
-            )
-            stack.callback(self._keystate.close)
-            self._keystate.start()
-        runner = make_runner(options, self._handler, self._is_async, scheduler.call_later)
-        if isinstance(runner, PullQueue):
-            self._pull = runner
-        stack.callback(runner.close)  # before the DLQ and key state: its last records use them
-        self._dispatcher = Dispatcher(
-            options, runner.count, runner.submit, on_draining=runner.on_draining
-        )
-        executor = RecordExecutor(
-            options,
-            None if options.batch_size else cast(Callable[[Record], Any], self._handler),
-            self._dispatcher,
-            scheduler.call_later,
-            dlq,
-            self._keystate,
-            self._tracer,
-            self.group,
-        )
-        runner.bind(executor)
-        consumer = self._consumer
-        inbox = PollInbox()
-        plug = Plug()
-        txn = transactional_store(consumer, self._config, options, metrics, self._dispatcher)
-        if txn is not None:
-            stack.callback(txn.close)
-        if self._coordinator is not None:
-            context = PlugContext(
-                self.group, self.member, self.topics, options, self._dispatcher, inbox, metrics,
-                self.stop, dict(self._config), txn,
-            )  # fmt: skip
-            plug = self._coordinator.plug(context)
-        if plug.ownership is not None:
-            self._dispatcher.use_ownership(plug.ownership)
-        if txn is not None and plug.cursor_store is None:
-            plug.cursor_store = txn  # with a coordinator, its fenced store commits through txn
-        self._loop = PollLoop(
-            consumer,
-            self.topics,
-            options,
-            self._dispatcher,
-            metrics,
-            self._keystate,
-            self._stop,
-            worker_depths=lambda: [runner.depth(w) for w in range(runner.count)],
-            nudge_workers=lambda: _nudge(runner, executor),
-            membership=plug.membership,
-            cursor_store=plug.cursor_store,
-            inbox=inbox,
-        )
-        if txn is not None:
-            txn.bind(self._loop)
-        if options.metrics_port is not None:
-            self._metrics_server = start_metrics_server(
-                options.metrics_port,
-                options.metrics_host,
-                hotkeys=lambda: hot_keys_report(self._loop, redact=options.redact),
-                health=HealthView(self._loop, options, self._stop),
-            )
-            stack.callback(self._metrics_server.close)
-            log.info("metrics at %s", self._metrics_server.url)
         stack.callback(self._close_consumer)  # first of all once the loop ends: leave the group
         self._started.set()
-        self._loop.run()
+        loop.run()
 
     def _close_consumer(self) -> None:
         """Close the Kafka consumer (once; a failure is logged, the tear-down goes on)."""
@@ -290,9 +201,10 @@ class KeySharedConsumer:
         self._start_background()
         self._started.wait()
         while not self._finished.is_set():
-            if self._pull is None:
+            pull = self._parts.pull
+            if pull is None:
                 return
-            record = self._pull.get(timeout if timeout is not None else 0.2)
+            record = pull.get(timeout if timeout is not None else 0.2)
             if record is not None:
                 yield record
             elif timeout is not None:
@@ -300,13 +212,15 @@ class KeySharedConsumer:
 
     def ack(self, record: Record) -> bool:
         """The pulled record is processed. False if it was already settled (e.g. timed out)."""
-        return self._pull is not None and self._pull.ack(record)
+        pull = self._parts.pull
+        return pull is not None and pull.ack(record)
 
     def nack(self, record: Record, error: BaseException | None = None) -> bool:
         """The pulled record failed: retried with backoff, then the poison policy applies."""
-        if self._pull is None:
+        pull = self._parts.pull
+        if pull is None:
             return False
-        return self._pull.nack(record, error or RuntimeError("nacked by the application"))
+        return pull.nack(record, error or RuntimeError("nacked by the application"))
 
     def _start_background(self) -> None:
         with self._bg_lock:
@@ -351,7 +265,8 @@ class KeySharedConsumer:
 
     @property
     def metrics_url(self) -> str | None:
-        return self._metrics_server.url if self._metrics_server is not None else None
+        server = self._parts.metrics_server
+        return server.url if server is not None else None
 
     # -- operator actions ----------------------------------------------------------------------
 
@@ -363,23 +278,25 @@ class KeySharedConsumer:
         Returns what was released (``"blocked"``, ``"parked"``) or None if this member does not
         hold the key. The release is also written to the key-state topic so it survives restarts.
         """
-        if self._keystate is not None:
+        keystate = self._parts.keystate
+        if keystate is not None:
             # Durable first; the store echoes our own release back through on_release, which
             # must not skip a record the caller asked to retry.
             with self._own_releases_lock:
                 self._own_releases.add((topic, partition, key))
-            self._keystate.release(topic, partition, key)
+            keystate.release(topic, partition, key)
         return self._release_local(topic, partition, key, retry=retry)
 
     def _release_local(
         self, topic: str, partition: int, key: bytes | None, *, retry: bool
     ) -> str | None:
-        if self._loop is None or self._dispatcher is None:
+        loop, dispatcher = self._parts.loop, self._parts.dispatcher
+        if loop is None or dispatcher is None:
             return None
-        state = self._loop.states.get((topic, partition))
+        state = loop.states.get((topic, partition))
         if state is None:
             return None
-        released = self._dispatcher.release(state, key, retry=retry)
+        released = dispatcher.release(state, key, retry=retry)
         if released:
             log.info(
                 "released %s key %s of %s", released, shown_key(key, self.options.redact), state
@@ -394,12 +311,6 @@ class KeySharedConsumer:
         self._release_local(topic, partition, key, retry=False)
 
     def _on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
-        if self._loop is not None:
-            self._loop.committer.on_commit(err, partitions)
-
-
-def _nudge(runner: Runner, executor: RecordExecutor) -> None:
-    """Periodic care from the poll loop: settle successes stuck behind a busy thread, and let
-    idle threads take records queued behind a slow handler."""
-    executor.settlements.flush_stale()
-    runner.nudge()
+        loop = self._parts.loop
+        if loop is not None:
+            loop.committer.on_commit(err, partitions)

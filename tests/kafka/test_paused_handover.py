@@ -51,7 +51,7 @@ def test_a_partition_paused_when_revoked_fetches_again_when_assigned_back(
     running.start()
     try:
         wait_for(
-            lambda: member._loop is not None and len(member._loop.paused) == 2,
+            lambda: member._parts.loop is not None and len(member._parts.loop.paused) == 2,
             60,
             "both windows to fill and pause",
         )
@@ -64,10 +64,10 @@ def test_a_partition_paused_when_revoked_fetches_again_when_assigned_back(
         wait_for(lambda: other.consume(1, 0.2) is not None and other.assignment(), 60,
                  "the second member to be given a partition")  # fmt: skip
         moved = other.assignment()[0].partition
-        wait_for(lambda: list(member._loop.states) == [(topic, 1 - moved)], 60,
+        wait_for(lambda: list(member._parts.loop.states) == [(topic, 1 - moved)], 60,
                  "the first member to let the moved partition go")  # fmt: skip
         other.close()
-        wait_for(lambda: len(member._loop.states) == 2, 60, "the partition to come back")
+        wait_for(lambda: len(member._parts.loop.states) == 2, 60, "the partition to come back")
 
         gate.set()
         wait_for(

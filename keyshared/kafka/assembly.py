@@ -1,0 +1,183 @@
+"""One run of a consumer, assembled: every part built in the order it needs the others.
+
+Kept apart from :mod:`keyshared.kafka.consumer`, which is the public face (the constructor's
+checks, run/stop, the pull style, operator releases) and the tear-down's outer frame. Building
+the parts is one long, order-sensitive sequence that changes each time a part is added: the
+scheduler before the DLQ writer and the key-state store that retry through it; the runner before
+the dispatcher, which needs its ``submit``; the dispatcher before the executor and the
+coordinator's plug; the plug's seams before the poll loop. Each part's tear-down is registered on
+the run's ``ExitStack`` as it is built, so every exit closes what started, in reverse.
+
+What the consumer's own methods reach from other threads (a release, the pull style, commit
+callbacks, the metrics URL) is set in :class:`RunParts` the moment each part is built, so they
+see it as soon as it exists (the key-state store before it starts loading, for instance).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from keyshared.core.poison import PoisonPolicy
+from keyshared.kafka.batches import BatchHandler
+from keyshared.kafka.dispatcher import Dispatcher
+from keyshared.kafka.dlq import DeadLetterWriter
+from keyshared.kafka.execution import RecordExecutor
+from keyshared.kafka.health_view import HealthView
+from keyshared.kafka.hotkeys_view import hot_keys_report
+from keyshared.kafka.keystate import KeyStateStore
+from keyshared.kafka.poll_loop import PollLoop
+from keyshared.kafka.pull import PullQueue
+from keyshared.kafka.runners import Runner, make_runner
+from keyshared.kafka.scheduler import Scheduler
+from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox
+from keyshared.kafka.tracing import HandlerTracer
+from keyshared.kafka.transactions import transactional_store
+from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
+from keyshared.record import Record
+from keyshared.settings import ConsumerOptions
+
+__all__ = ["RunParts", "assemble"]
+
+log = logging.getLogger("keyshared.kafka.consumer")  # the consumer's log, as before the split
+_NEEDS_KEYSTATE = (PoisonPolicy.BLOCK, PoisonPolicy.BLOCK_AND_DEAD_LETTER, PoisonPolicy.PARK)
+
+
+@dataclass
+class RunParts:
+    """The parts of a run that the consumer reaches from other threads; None until built."""
+
+    dispatcher: Dispatcher | None = None
+    keystate: KeyStateStore | None = None
+    pull: PullQueue | None = None
+    loop: PollLoop | None = None
+    metrics_server: MetricsServer | None = None
+
+
+def assemble(
+    stack: contextlib.ExitStack,
+    parts: RunParts,
+    *,
+    consumer: Any,
+    config: dict[str, Any],
+    options: ConsumerOptions,
+    group: str,
+    member: str,
+    topics: list[str],
+    handler: Callable[[Record], Any] | BatchHandler | None,
+    is_async: bool,
+    tracer: HandlerTracer | None,
+    coordinator: Coordination | None,
+    stop: threading.Event,
+    request_stop: Callable[[], None],
+    on_remote_release: Callable[[str, int, bytes | None], None],
+) -> PollLoop:
+    """Build one run's parts, filling ``parts`` and ``stack``; return the poll loop to run.
+
+    :param consumer: the confluent-kafka consumer (built by the consumer's constructor).
+    :param config: its librdkafka config.
+    :param stop: set to end the run; ``request_stop`` sets it (for a coordinator).
+    :param on_remote_release: a release read from the key-state topic.
+    """
+    metrics = ConsumerMetrics(group, member)
+    stack.callback(metrics.close)
+    metrics.set_workers(options.workers)
+    for topic in (t for t in topics if not t.startswith("^")):
+        # Known topics' series start at zero; a pattern subscription's appear on use.
+        metrics.expect_topic(topic)
+        if options.poison_for(topic).dead_letters:
+            metrics.expect_dlq(options.dlq_topic_for(topic))
+    scheduler = Scheduler()
+    stack.callback(scheduler.close)
+    dlq = DeadLetterWriter(
+        config,
+        group,
+        options.dlq_topic_for,
+        metrics,
+        scheduler.call_later,
+        redact=options.redact,
+    )
+    stack.callback(dlq.close, 5.0)
+    keystate: KeyStateStore | None = None
+    policies = {options.poison, *options.poison_by_topic.values()}
+    if policies & set(_NEEDS_KEYSTATE):
+        parts.keystate = keystate = KeyStateStore(
+            config,
+            group,
+            on_remote_release,
+            scheduler.call_later,
+            redact=options.redact,
+        )
+        stack.callback(keystate.close)
+        keystate.start()
+    runner = make_runner(options, handler, is_async, scheduler.call_later)
+    if isinstance(runner, PullQueue):
+        parts.pull = runner
+    stack.callback(runner.close)  # before the DLQ and key state: its last records use them
+    parts.dispatcher = dispatcher = Dispatcher(
+        options, runner.count, runner.submit, on_draining=runner.on_draining
+    )
+    executor = RecordExecutor(
+        options,
+        None if options.batch_size else cast(Callable[[Record], Any], handler),
+        dispatcher,
+        scheduler.call_later,
+        dlq,
+        keystate,
+        tracer,
+        group,
+    )
+    runner.bind(executor)
+    inbox = PollInbox()
+    plug = Plug()
+    txn = transactional_store(consumer, config, options, metrics, dispatcher)
+    if txn is not None:
+        stack.callback(txn.close)
+    if coordinator is not None:
+        context = PlugContext(
+            group, member, topics, options, dispatcher, inbox, metrics,
+            request_stop, dict(config), txn,
+        )  # fmt: skip
+        plug = coordinator.plug(context)
+    if plug.ownership is not None:
+        dispatcher.use_ownership(plug.ownership)
+    if txn is not None and plug.cursor_store is None:
+        plug.cursor_store = txn  # with a coordinator, its fenced store commits through txn
+    parts.loop = loop = PollLoop(
+        consumer,
+        topics,
+        options,
+        dispatcher,
+        metrics,
+        keystate,
+        stop,
+        worker_depths=lambda: [runner.depth(w) for w in range(runner.count)],
+        nudge_workers=lambda: _nudge(runner, executor),
+        membership=plug.membership,
+        cursor_store=plug.cursor_store,
+        inbox=inbox,
+    )
+    if txn is not None:
+        txn.bind(loop)
+    if options.metrics_port is not None:
+        parts.metrics_server = server = start_metrics_server(
+            options.metrics_port,
+            options.metrics_host,
+            hotkeys=lambda: hot_keys_report(loop, redact=options.redact),
+            health=HealthView(loop, options, stop),
+        )
+        stack.callback(server.close)
+        log.info("metrics at %s", server.url)
+
+    return loop
+
+
+def _nudge(runner: Runner, executor: RecordExecutor) -> None:
+    """Periodic care from the poll loop: settle successes stuck behind a busy thread, and let
+    idle threads take records queued behind a slow handler."""
+    executor.settlements.flush_stale()
+    runner.nudge()
