@@ -20,7 +20,7 @@ import pytest
 
 from coordinator import ZooKeeperCoordinator
 from tests.coordinator.conftest import NAMESPACE, WAIT_S, expire_session
-from tests.coordinator.members import StartMember, members_for
+from tests.coordinator.members import StartMember
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import (
@@ -123,11 +123,6 @@ def _only(events: list[Event], kind: str, pid: int, *, seq: int) -> Event:
     found = [e for e in events if e.kind == kind and e.pid == pid and e.seq == seq]
     assert len(found) == 1, f"expected one {kind} of seq {seq} by {pid}, got {found}"
     return found[0]
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
 
 
 def test_an_expired_session_fences_and_the_partition_resumes_from_the_committed_offset(
