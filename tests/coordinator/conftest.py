@@ -1,6 +1,6 @@
 """Fixtures for the coordinator's tests: separate kazoo clients (one per simulated member), a
 fresh group per test, ``key_shared`` members (``start``), a coordinator for status reads
-(``admin``), and a real session expiry.
+(``admin``, and ``zk`` under the default namespace), and a real session expiry.
 
 Every test runs against the session's real ZooKeeper (``zookeeper_hosts``). Members are separate
 ``KazooClient`` sessions, so ephemeral znodes, watches and expiry behave as across processes.
@@ -83,6 +83,14 @@ def admin(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
     what members see (pins, leases) from outside."""
     with ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE) as zk:
         yield zk
+
+
+@pytest.fixture
+def zk(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
+    """As ``admin`` but under the default namespace, where ``keyshared run`` processes (which
+    these tests start without ``--namespace``) keep their data."""
+    with ZooKeeperCoordinator(zookeeper_hosts) as coordinator:
+        yield coordinator
 
 
 def expire_session(client: KazooClient, hosts: str) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,12 +39,6 @@ pytestmark = pytest.mark.slow
 
 SESSION_TIMEOUT = 4.0
 COMMIT_INTERVAL = 0.2
-
-
-@pytest.fixture
-def zk(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
-    with ZooKeeperCoordinator(zookeeper_hosts) as coordinator:
-        yield coordinator
 
 
 def start_member(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import subprocess
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,12 +40,6 @@ pytestmark = pytest.mark.slow
 SLOW_KEY = b"slow-0"  # lands on partition 1 (librdkafka's default partitioner: CRC-32 % 2)
 SLOW_SECONDS = "8"
 DRAIN_TIMEOUT = "1"
-
-
-@pytest.fixture
-def zk(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
-    with ZooKeeperCoordinator(zookeeper_hosts) as coordinator:
-        yield coordinator
 
 
 def _holders(zk: ZooKeeperCoordinator, group: str) -> list[str]:
