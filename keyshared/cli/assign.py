@@ -11,10 +11,16 @@ from __future__ import annotations
 import click
 
 from coordinator.errors import CoordinatorUnreachable, PinConflict
-from coordinator.layout import DEFAULT_NAMESPACE, GroupLayout
+from coordinator.layout import GroupLayout
 from coordinator.pins import Pins
 from coordinator.session import connect
-from keyshared.cli.options import zookeeper_auth
+from keyshared.cli.options import (
+    group_option,
+    namespace_option,
+    timeout_option,
+    zookeeper_auth_option,
+    zookeeper_option,
+)
 from keyshared.core.slots import SlotRange
 
 __all__ = ["assign"]
@@ -28,21 +34,17 @@ def _slot_range(_ctx: click.Context, _param: click.Parameter, value: str) -> Slo
 
 
 @click.command()
-@click.option("--group", "-g", required=True, help="The key_shared consumer group.")
+@group_option("The key_shared consumer group.")
 @click.option("--range", "slots", required=True, callback=_slot_range, metavar="LO-HI",
               help="Inclusive slot range, e.g. 0-999.")  # fmt: skip
 @click.option("--member", "-m", help="Member id to pin the range to.")
 @click.option("--release", "release_pin", is_flag=True,
               help="Remove the pin of exactly this range instead.")  # fmt: skip
-@click.option("--zookeeper", "-z", envvar="KEYSHARED_ZOOKEEPER", required=True,
-              help="ZooKeeper host:port (default: $KEYSHARED_ZOOKEEPER).")  # fmt: skip
-@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
-              help="Root znode of keyshared's coordination data.")  # fmt: skip
-@click.option("--auth", callback=zookeeper_auth, envvar="KEYSHARED_ZOOKEEPER_AUTH",
-              metavar="USER:PASSWORD",
-              help="Digest USER:PASSWORD of the group ($KEYSHARED_ZOOKEEPER_AUTH).")  # fmt: skip
-@click.option("--timeout", type=click.FloatRange(min=0.5), default=15.0, show_default=True,
-              help="Seconds to wait for ZooKeeper.")  # fmt: skip
+@zookeeper_option(short=True, required=True,
+                  help="ZooKeeper host:port (default: $KEYSHARED_ZOOKEEPER).")  # fmt: skip
+@namespace_option()
+@zookeeper_auth_option()
+@timeout_option(help="Seconds to wait for ZooKeeper.")
 def assign(
     group: str,
     slots: SlotRange,

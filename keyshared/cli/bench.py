@@ -13,6 +13,7 @@ from rich.markup import escape
 from keyshared.bench import BenchContext, ScenarioResult, load_scenarios
 from keyshared.bench.report import print_result, write_chart, write_json
 from keyshared.bench.shapes import DEFAULT_SHAPES, Shape, parse_shapes
+from keyshared.cli.options import bootstrap_servers_option, zookeeper_option
 from keyshared.demo.cluster import choose_cluster
 
 __all__ = ["bench"]
@@ -27,10 +28,8 @@ def _parse_shapes(ctx: click.Context, param: click.Parameter, value: str) -> tup
 
 @click.command(context_settings={"show_default": True})
 @click.argument("scenarios", nargs=-1, metavar="[SCENARIO]...")
-@click.option(
-    "--bootstrap-servers",
-    "-b",
-    envvar="KEYSHARED_BOOTSTRAP_SERVERS",
+@bootstrap_servers_option(
+    required=False,
     help="Kafka to measure against [env KEYSHARED_BOOTSTRAP_SERVERS; default: the local "
     "dev cluster, started if needed and left running].",
 )
@@ -84,11 +83,7 @@ def _parse_shapes(ctx: click.Context, param: click.Parameter, value: str) -> tup
     help="Install the peer libraries (Parallel Consumer jars + harness, pyrallel-consumer and "
     "quixstreams venvs) into the cache, then exit. Needs mvn, a JDK 17 and PyPI, once.",
 )
-@click.option(
-    "--zookeeper",
-    envvar="KEYSHARED_ZOOKEEPER",
-    help="ZooKeeper for the coordinator's scenarios [env KEYSHARED_ZOOKEEPER].",
-)
+@zookeeper_option(help="ZooKeeper for the coordinator's scenarios [env KEYSHARED_ZOOKEEPER].")
 @click.option(
     "--guard",
     is_flag=True,

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.logging import RichHandler
 
+from keyshared.cli.options import bootstrap_servers_option, zookeeper_option
 from keyshared.demo import DemoSettings, choose_cluster, print_summary, run_demo
 from keyshared.demo.cluster import ClusterChoice
 from keyshared.errors import KeySharedError
@@ -17,10 +18,8 @@ __all__ = ["demo"]
 
 
 @click.command(context_settings={"show_default": True})
-@click.option(
-    "--bootstrap-servers",
-    "-b",
-    envvar="KEYSHARED_BOOTSTRAP_SERVERS",
+@bootstrap_servers_option(
+    required=False,
     help="Kafka to use [env KEYSHARED_BOOTSTRAP_SERVERS; default: the local dev cluster in "
     "~/.cache/keyshared/dev, started if needed].",
 )
@@ -66,10 +65,8 @@ __all__ = ["demo"]
     help="partition mode: each partition runs only under its ZooKeeper lease, so a hand-over "
     "never overlaps the old owner's stragglers.",
 )
-@click.option(
-    "--zookeeper",
-    envvar="KEYSHARED_ZOOKEEPER",
-    help="ZooKeeper for --mode key_shared [env KEYSHARED_ZOOKEEPER; default: the local one].",
+@zookeeper_option(
+    help="ZooKeeper for --mode key_shared [env KEYSHARED_ZOOKEEPER; default: the local one]."
 )
 @click.option(
     "--spark",

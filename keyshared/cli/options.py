@@ -1,10 +1,35 @@
-"""Option parsers shared by several commands, so each is written (and errs) one way."""
+"""Options and option parsers shared by several commands, so each is written (and errs) one way.
+
+Each ``*_option`` returns a click decorator. What commands share is fixed here (the flag names,
+the environment variable, the type); what they say about it may differ, so the help text is a
+parameter where the commands word it differently.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import click
 
-__all__ = ["zookeeper_auth"]
+from coordinator.layout import DEFAULT_NAMESPACE
+
+__all__ = [
+    "bootstrap_servers_option",
+    "client_properties_option",
+    "group_option",
+    "namespace_option",
+    "timeout_option",
+    "topic_option",
+    "zookeeper_auth",
+    "zookeeper_auth_option",
+    "zookeeper_option",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+BOOTSTRAP_SERVERS_HELP = "Kafka bootstrap servers (default: $KEYSHARED_BOOTSTRAP_SERVERS)."
+CLIENT_PROPERTIES_HELP = "Extra client property, e.g. for security (repeatable)."
 
 
 def zookeeper_auth(
@@ -17,3 +42,76 @@ def zookeeper_auth(
     if not sep or not user or not password:
         raise click.BadParameter("expected USER:PASSWORD")
     return user, password
+
+
+def bootstrap_servers_option(
+    *, required: bool = True, help: str = BOOTSTRAP_SERVERS_HELP
+) -> Callable[[F], F]:
+    """``--bootstrap-servers`` / ``-b``, from ``$KEYSHARED_BOOTSTRAP_SERVERS`` if not given."""
+    return click.option(
+        "--bootstrap-servers",
+        "-b",
+        envvar="KEYSHARED_BOOTSTRAP_SERVERS",
+        required=required,
+        help=help,
+    )
+
+
+def zookeeper_option(
+    *, help: str, short: bool = False, required: bool = False, **attrs: Any
+) -> Callable[[F], F]:
+    """``--zookeeper`` (and ``-z`` with ``short``), from ``$KEYSHARED_ZOOKEEPER`` if not given.
+
+    ``attrs``: further ``click.option`` attributes of one command; ``default=None`` is kept
+    where a command had it (click tells it from no default at all)."""
+    names = ("--zookeeper", "-z") if short else ("--zookeeper",)
+    return click.option(*names, envvar="KEYSHARED_ZOOKEEPER", required=required, help=help, **attrs)
+
+
+def namespace_option() -> Callable[[F], F]:
+    """``--namespace``: the root znode of keyshared's coordination data."""
+    return click.option(
+        "--namespace",
+        default=DEFAULT_NAMESPACE,
+        show_default=True,
+        help="Root znode of keyshared's coordination data.",
+    )
+
+
+def zookeeper_auth_option() -> Callable[[F], F]:
+    """``--auth USER:PASSWORD`` (digest), from ``$KEYSHARED_ZOOKEEPER_AUTH`` if not given."""
+    return click.option(
+        "--auth",
+        callback=zookeeper_auth,
+        envvar="KEYSHARED_ZOOKEEPER_AUTH",
+        metavar="USER:PASSWORD",
+        help="Digest USER:PASSWORD of the group ($KEYSHARED_ZOOKEEPER_AUTH).",
+    )
+
+
+def group_option(help: str) -> Callable[[F], F]:
+    """``--group`` / ``-g``, required: the consumer group."""
+    return click.option("--group", "-g", required=True, help=help)
+
+
+def topic_option(help: str) -> Callable[[F], F]:
+    """``--topic`` / ``-t``, required: the one topic the command works on."""
+    return click.option("--topic", "-t", required=True, help=help)
+
+
+def timeout_option(*, help: str, default: float = 15.0, minimum: float = 0.5) -> Callable[[F], F]:
+    """``--timeout`` in seconds, with its default shown."""
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=minimum),
+        default=default,
+        show_default=True,
+        help=help,
+    )
+
+
+def client_properties_option(
+    *, metavar: str = "NAME=VALUE", help: str = CLIENT_PROPERTIES_HELP
+) -> Callable[[F], F]:
+    """``-X NAME=VALUE`` (repeatable) into ``properties``: client properties passed through."""
+    return click.option("-X", "properties", multiple=True, metavar=metavar, help=help)

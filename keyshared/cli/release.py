@@ -15,6 +15,13 @@ from collections.abc import Callable
 
 import click
 
+from keyshared.cli.options import (
+    bootstrap_servers_option,
+    client_properties_option,
+    group_option,
+    timeout_option,
+    topic_option,
+)
 from keyshared.cli.run import parse_properties
 from keyshared.kafka.keystate import KeyStateError, KeyStateStore
 
@@ -37,24 +44,16 @@ def _show(key: bytes | None) -> str:
 
 
 @click.command()
-@click.option(
-    "--bootstrap-servers",
-    "-b",
-    envvar="KEYSHARED_BOOTSTRAP_SERVERS",
-    required=True,
-    help="Kafka bootstrap servers (default: $KEYSHARED_BOOTSTRAP_SERVERS).",
-)
-@click.option("--group", "-g", required=True, help="Consumer group that holds the key.")
-@click.option("--topic", "-t", required=True, help="Source topic of the key.")
+@bootstrap_servers_option()
+@group_option("Consumer group that holds the key.")
+@topic_option("Source topic of the key.")
 @click.option("--partition", "-p", type=click.IntRange(min=0), required=True,
               help="Source partition of the key.")  # fmt: skip
 @click.option("--key", "-k", "key_text", help="The key, as UTF-8 text.")
 @click.option("--key-hex", help="The key as hex, for keys that are not UTF-8 text.")
 @click.option("--null-key", is_flag=True, help="Release the null key (distinct from '').")
-@click.option("--timeout", type=click.FloatRange(min=1.0), default=30.0, show_default=True,
-              help="Seconds to wait for the broker.")  # fmt: skip
-@click.option("-X", "properties", multiple=True, metavar="NAME=VALUE",
-              help="Extra client property, e.g. for security (repeatable).")  # fmt: skip
+@timeout_option(default=30.0, minimum=1.0, help="Seconds to wait for the broker.")
+@client_properties_option()
 def release(
     bootstrap_servers: str,
     group: str,

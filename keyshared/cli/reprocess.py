@@ -14,6 +14,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from rich.console import Console
 
+from keyshared.cli.options import (
+    bootstrap_servers_option,
+    client_properties_option,
+    timeout_option,
+    topic_option,
+)
 from keyshared.cli.run import parse_properties
 from keyshared.errors import KeySharedError
 
@@ -28,9 +34,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 def spark_options(command: _F) -> _F:
     """The options of every Spark command: broker, Spark master, jars, parallelism, report."""
     options = [
-        click.option("--bootstrap-servers", "-b", envvar="KEYSHARED_BOOTSTRAP_SERVERS",
-                     required=True,
-                     help="Kafka bootstrap servers [env KEYSHARED_BOOTSTRAP_SERVERS]."),
+        bootstrap_servers_option(help="Kafka bootstrap servers [env KEYSHARED_BOOTSTRAP_SERVERS]."),
         click.option("--master", default="local[*]", show_default=True,
                      help="Spark master URL: local[N], spark://host:7077, yarn, k8s://..."),
         click.option("--spark-jars", envvar="KEYSHARED_SPARK_JARS",
@@ -42,13 +46,12 @@ def spark_options(command: _F) -> _F:
         click.option("--report", type=click.Path(path_type=Path),
                      help="Write one row per record here: Parquet (a folder or *.parquet) "
                      "or CSV (*.csv)."),
-        click.option("--timeout", type=click.FloatRange(min=1.0), default=15.0,
-                     show_default=True, help="Seconds the broker may take to answer."),
+        timeout_option(minimum=1.0, help="Seconds the broker may take to answer."),
         click.option("--conf", "spark_conf", multiple=True, metavar="NAME=VALUE",
                      help="Extra Spark property (repeatable)."),
-        click.option("-X", "properties", multiple=True, metavar="NAME=VALUE",
-                     help="Extra Kafka client property, e.g. for security (repeatable); also "
-                     "given to Spark's Kafka source as kafka.NAME."),
+        client_properties_option(
+            help="Extra Kafka client property, e.g. for security (repeatable); also given to "
+            "Spark's Kafka source as kafka.NAME."),
         click.option("--no-progress", is_flag=True, help="No progress bar (logs, CI)."),
     ]  # fmt: skip
     for option in reversed(options):
@@ -115,7 +118,7 @@ def job_errors(fn: _F) -> _F:
 
 
 @click.command()
-@click.option("--topic", "-t", required=True, help="Topic to reprocess.")
+@topic_option("Topic to reprocess.")
 @click.option("--from", "start", help="First record: offset, ISO-8601 time, @epoch-ms, "
               "earliest.  [default: earliest]")  # fmt: skip
 @click.option("--to", "end", help="End of the range (exclusive): offset, time, latest.  "

@@ -12,9 +12,17 @@ from datetime import UTC, datetime
 import click
 
 from coordinator.errors import CoordinatorUnreachable
-from coordinator.layout import DEFAULT_NAMESPACE
 from coordinator.session import connect
-from keyshared.cli.options import zookeeper_auth
+from keyshared.cli.options import (
+    bootstrap_servers_option,
+    client_properties_option,
+    group_option,
+    namespace_option,
+    timeout_option,
+    topic_option,
+    zookeeper_auth_option,
+    zookeeper_option,
+)
 from keyshared.cli.run import parse_properties
 from keyshared.ops.admin import OpsError
 from keyshared.ops.reset import GroupBusy, ResetPlan, Resetter, Target
@@ -59,10 +67,9 @@ def _show(plan: ResetPlan, dry_run: bool) -> None:
 
 
 @click.command()
-@click.option("--bootstrap-servers", "-b", envvar="KEYSHARED_BOOTSTRAP_SERVERS", required=True,
-              help="Kafka bootstrap servers (default: $KEYSHARED_BOOTSTRAP_SERVERS).")  # fmt: skip
-@click.option("--group", "-g", required=True, help="The consumer group (stopped).")
-@click.option("--topic", "-t", required=True, help="The topic whose position to reset.")
+@bootstrap_servers_option()
+@group_option("The consumer group (stopped).")
+@topic_option("The topic whose position to reset.")
 @click.option("--to-earliest", is_flag=True, help="Rewind to the first record kept.")
 @click.option("--to-latest", is_flag=True, help="Skip everything produced so far.")
 @click.option("--to-datetime", callback=_when, metavar="ISO",
@@ -72,18 +79,13 @@ def _show(plan: ResetPlan, dry_run: bool) -> None:
               help="Partition P to offset O (repeatable; other partitions are left as they "
               "are). Clamped to the partition's records.")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Show what would change, change nothing.")
-@click.option("--zookeeper", "-z", envvar="KEYSHARED_ZOOKEEPER", default=None,
-              help="ZooKeeper of the group's coordinator: also resets key_shared cursors and "
-              "checks for live members there (default: $KEYSHARED_ZOOKEEPER).")  # fmt: skip
-@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
-              help="Root znode of keyshared's coordination data.")  # fmt: skip
-@click.option("--auth", callback=zookeeper_auth, envvar="KEYSHARED_ZOOKEEPER_AUTH",
-              metavar="USER:PASSWORD",
-              help="Digest USER:PASSWORD of the group ($KEYSHARED_ZOOKEEPER_AUTH).")  # fmt: skip
-@click.option("--timeout", type=click.FloatRange(min=0.5), default=15.0, show_default=True,
-              help="Seconds any single request may take.")  # fmt: skip
-@click.option("-X", "properties", multiple=True, metavar="NAME=VALUE",
-              help="Extra client property, e.g. for security (repeatable).")  # fmt: skip
+@zookeeper_option(short=True, default=None,
+                  help="ZooKeeper of the group's coordinator: also resets key_shared cursors "
+                  "and checks for live members there (default: $KEYSHARED_ZOOKEEPER).")  # fmt: skip
+@namespace_option()
+@zookeeper_auth_option()
+@timeout_option(help="Seconds any single request may take.")
+@client_properties_option()
 def reset(
     bootstrap_servers: str,
     group: str,

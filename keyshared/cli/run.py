@@ -13,7 +13,13 @@ from typing import Any
 
 import click
 
-from keyshared.cli.options import zookeeper_auth
+from keyshared.cli.options import (
+    bootstrap_servers_option,
+    client_properties_option,
+    group_option,
+    zookeeper_auth,
+    zookeeper_option,
+)
 from keyshared.core.modes import MODES, Mode
 from keyshared.core.poison import PoisonPolicy, RetryPolicy
 from keyshared.errors import KeySharedError
@@ -61,14 +67,8 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
 
 @click.command(context_settings={"show_default": True})
 @click.argument("handler", metavar="MODULE:FUNC")
-@click.option(
-    "--bootstrap-servers",
-    "-b",
-    envvar="KEYSHARED_BOOTSTRAP_SERVERS",
-    required=True,
-    help="Kafka bootstrap servers (default: $KEYSHARED_BOOTSTRAP_SERVERS).",
-)
-@click.option("--group", "-g", required=True, help="Consumer group id.")
+@bootstrap_servers_option()
+@group_option("Consumer group id.")
 @click.option(
     "--topic", "-t", "topics", multiple=True, required=True, help="Topic to consume (repeatable)."
 )
@@ -85,11 +85,8 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     default=Mode(_DEFAULTS.mode).value,
     help="Assignment mode (key_shared needs --zookeeper).",
 )
-@click.option(
-    "--zookeeper",
-    envvar="KEYSHARED_ZOOKEEPER",
-    default=None,
-    help="ZooKeeper hosts for coordination (default: $KEYSHARED_ZOOKEEPER).",
+@zookeeper_option(
+    default=None, help="ZooKeeper hosts for coordination (default: $KEYSHARED_ZOOKEEPER)."
 )
 @click.option(
     "--partition-leases/--no-partition-leases",
@@ -219,10 +216,7 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     "name, so a restart aborts its predecessor's open transaction at once) [default: derived "
     "from the group and client id].",
 )
-@click.option(
-    "-X",
-    "properties",
-    multiple=True,
+@client_properties_option(
     metavar="KEY=VALUE",
     help="librdkafka property passed through (repeatable), e.g. -X fetch.max.bytes=1048576.",
 )

@@ -22,6 +22,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from keyshared.cli.options import (
+    bootstrap_servers_option,
+    client_properties_option,
+    group_option,
+    timeout_option,
+    zookeeper_option,
+)
 from keyshared.cli.run import parse_properties
 from keyshared.errors import KeySharedError
 from keyshared.ops import GroupReader, GroupStatus, OpsError, collect_status
@@ -47,35 +54,17 @@ class CommandError(click.ClickException):
 def broker_options(fn: F) -> F:
     """Options every read-only operator command shares: where Kafka is and how long to wait."""
     decorators = [
-        click.option(
-            "--bootstrap-servers",
-            "-b",
-            envvar="KEYSHARED_BOOTSTRAP_SERVERS",
-            required=True,
-            help="Kafka bootstrap servers (default: $KEYSHARED_BOOTSTRAP_SERVERS).",
-        ),
-        click.option("--group", "-g", required=True, help="Consumer group id."),
+        bootstrap_servers_option(),
+        group_option("Consumer group id."),
         click.option(
             "--dlq-topic",
             default=DEFAULT_DLQ_TOPIC,
             show_default=True,
             help="DLQ topic of each topic; {topic} is the source topic.",
         ),
-        click.option(
-            "--timeout",
-            type=click.FloatRange(min=0.5),
-            default=15.0,
-            show_default=True,
-            help="Seconds any single read may take.",
-        ),
+        timeout_option(help="Seconds any single read may take."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
-        click.option(
-            "-X",
-            "properties",
-            multiple=True,
-            metavar="NAME=VALUE",
-            help="Extra client property, e.g. for security (repeatable).",
-        ),
+        client_properties_option(),
     ]
     for decorate in reversed(decorators):
         fn = decorate(fn)
@@ -118,9 +107,7 @@ def status_json(status: GroupStatus) -> dict[str, Any]:
     help="A running member's metrics endpoint, e.g. http://host:9400/metrics "
     "(repeatable): adds its hot keys and what holds each cursor back.",
 )
-@click.option(
-    "--zookeeper",
-    envvar="KEYSHARED_ZOOKEEPER",
+@zookeeper_option(
     default=None,
     help="ZooKeeper of the group's coordinator: adds key_shared slot ranges (owners, drains, "
     "where each range stands), partition leases, the active member and standbys "

@@ -28,6 +28,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from keyshared.cli.options import topic_option
 from keyshared.cli.status import (
     CommandError,
     broker_options,
@@ -44,7 +45,7 @@ EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 1
 
 @click.command()
 @broker_options
-@click.option("--topic", "-t", required=True, help="The topic that must be fully consumed.")
+@topic_option("The topic that must be fully consumed.")
 @click.option(
     "--allow-dlq/--no-dlq",
     default=True,

@@ -1,5 +1,6 @@
 """Fixtures for the coordinator's tests: separate kazoo clients (one per simulated member), a
-fresh group per test, and a real session expiry.
+fresh group per test, ``key_shared`` members (``start``), a coordinator for status reads
+(``admin``, and ``zk`` under the default namespace), and a real session expiry.
 
 Every test runs against the session's real ZooKeeper (``zookeeper_hosts``). Members are separate
 ``KazooClient`` sessions, so ephemeral znodes, watches and expiry behave as across processes.
@@ -13,13 +14,17 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 from kazoo.client import KazooClient, KazooState
 
+from coordinator import ZooKeeperCoordinator
 from coordinator.layout import GroupLayout
 from keyshared.dev.topics import unique_name
+
+if TYPE_CHECKING:
+    from tests.coordinator.members import StartMember
 
 WAIT_S = 15.0
 """Bound on every wait for an event: generous for a loaded 2-core machine, never a sleep."""
@@ -60,6 +65,32 @@ def layout(zk_client: ClientFactory) -> Iterator[GroupLayout]:
     yield group
     with contextlib.suppress(Exception):
         admin.delete(group.root, recursive=True)
+
+
+@pytest.fixture
+def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
+    """Members on threads of the test, each with its own session (``members_for``), stopped
+    after the test (ask for it after ``new_topic`` so they stop before their topic goes)."""
+    # Imported here: members.py imports NAMESPACE from this module.
+    from tests.coordinator.members import members_for
+
+    yield from members_for(kafka_bootstrap, zookeeper_hosts)
+
+
+@pytest.fixture
+def admin(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
+    """A coordinator of its own under the tests' namespace, for status reads and for changing
+    what members see (pins, leases) from outside."""
+    with ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE) as zk:
+        yield zk
+
+
+@pytest.fixture
+def zk(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
+    """As ``admin`` but under the default namespace, where ``keyshared run`` processes (which
+    these tests start without ``--namespace``) keep their data."""
+    with ZooKeeperCoordinator(zookeeper_hosts) as coordinator:
+        yield coordinator
 
 
 def expire_session(client: KazooClient, hosts: str) -> None:

@@ -12,31 +12,18 @@ from __future__ import annotations
 
 import uuid
 import zlib
-from collections.abc import Iterator
 
-import pytest
 from prometheus_client import REGISTRY
 
 from coordinator import ZooKeeperCoordinator
-from tests.coordinator.conftest import NAMESPACE, WAIT_S
-from tests.coordinator.members import StartMember, members_for
+from tests.coordinator.conftest import WAIT_S
+from tests.coordinator.members import StartMember
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import produce
 
 EAGER = {"partition.assignment.strategy": "range"}  # A keeps partition 0, B gets 1
 BAD = next(f"bad-{i}".encode() for i in range(100) if zlib.crc32(f"bad-{i}".encode()) % 2 == 1)
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
-
-
-@pytest.fixture
-def admin(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
-    with ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE) as zk:
-        yield zk
 
 
 def test_a_dead_letter_abandoned_by_a_revoke_lets_the_lease_go(

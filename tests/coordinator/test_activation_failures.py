@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,13 +19,8 @@ from coordinator.modes import partition_leases
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.keystate.errors import KeyStateError
 from tests.coordinator.conftest import WAIT_S
-from tests.coordinator.members import StartMember, members_for
+from tests.coordinator.members import StartMember
 from tests.kafka.support.journal import produce
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
 
 
 def test_an_activation_whose_key_state_read_fails_gives_the_lock_up_and_tries_again(

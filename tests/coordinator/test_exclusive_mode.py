@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from click.testing import CliRunner
 from coordinator import ZooKeeperCoordinator
 from keyshared.cli import cli
 from tests.coordinator.conftest import NAMESPACE, WAIT_S, expire_session
-from tests.coordinator.members import StartMember, members_for
+from tests.coordinator.members import StartMember
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import (
@@ -40,12 +39,6 @@ pytestmark = pytest.mark.slow
 
 SESSION_TIMEOUT = 4.0
 COMMIT_INTERVAL = 0.2
-
-
-@pytest.fixture
-def zk(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
-    with ZooKeeperCoordinator(zookeeper_hosts) as coordinator:
-        yield coordinator
 
 
 def start_member(
@@ -163,11 +156,6 @@ def test_one_active_member_and_failover_after_kill_9(
 def _pid_of(events: list[Event], after: int) -> int:
     """The pid that processed after the kill (the successor)."""
     return next(e.pid for e in sorted(events, key=lambda e: e.t) if e.t > after)
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
 
 
 def test_an_expired_active_member_is_fenced_and_stands_by_again(

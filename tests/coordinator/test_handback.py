@@ -11,32 +11,21 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from kazoo.recipe.lock import Lock
 
 import keyshared
 from coordinator import ZooKeeperCoordinator
-from tests.coordinator.conftest import NAMESPACE, WAIT_S, take
-from tests.coordinator.members import StartMember, members_for
+from tests.coordinator.conftest import WAIT_S, take
+from tests.coordinator.members import StartMember
 from tests.coordinator.test_key_shared import Sequencer
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import check, produce
 
 SLOW = b"slow"
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
-
-
-@pytest.fixture
-def admin(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
-    with ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE) as zk:
-        yield zk
 
 
 def _range_holders(admin: ZooKeeperCoordinator, group: str) -> Callable[[], list[tuple[str, bool]]]:

@@ -8,21 +8,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from tests.coordinator.conftest import WAIT_S, expire_session
-from tests.coordinator.members import StartMember, members_for
+from tests.coordinator.members import StartMember
 from tests.helpers import produce, wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.probes import probe
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
 
 
 def test_active_and_standby_are_ready_and_say_which(

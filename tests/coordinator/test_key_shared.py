@@ -11,34 +11,21 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import replace
 
-import pytest
 from kazoo.protocol.states import KazooState
 
 import keyshared
 from coordinator import ZooKeeperCoordinator
 from keyshared.core.offsets import decode_finished
 from keyshared.core.slots import SlotRange, slot_of
-from tests.coordinator.conftest import NAMESPACE, WAIT_S, expire_session, take
-from tests.coordinator.members import StartMember, keys_in, members_for
+from tests.coordinator.conftest import WAIT_S, expire_session, take
+from tests.coordinator.members import StartMember, keys_in
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import Event, check, produce
 
 LOW, HIGH = SlotRange(0, 32767), SlotRange(32768, 65535)
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
-
-
-@pytest.fixture
-def admin(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
-    with ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE) as zk:
-        yield zk
 
 
 class Sequencer:

@@ -9,28 +9,13 @@ may never come: the range's records were read by nobody.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from coordinator import ZooKeeperCoordinator
-from tests.coordinator.conftest import NAMESPACE, WAIT_S
-from tests.coordinator.members import StartMember, members_for
+from tests.coordinator.conftest import WAIT_S
+from tests.coordinator.members import StartMember
 from tests.coordinator.test_key_shared import Sequencer
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import produce
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
-
-
-@pytest.fixture
-def admin(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
-    with ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE) as zk:
-        yield zk
 
 
 def test_a_lease_deleted_under_a_live_member_is_queued_for_again(

@@ -9,31 +9,16 @@ owns were erased too, so ``keyshared status`` lost them while their owner still 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 import keyshared
 from coordinator import ZooKeeperCoordinator
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.scheduler import Scheduler
-from tests.coordinator.conftest import NAMESPACE, WAIT_S
-from tests.coordinator.members import StartMember, keys_in, members_for
+from tests.coordinator.conftest import WAIT_S
+from tests.coordinator.members import StartMember, keys_in
 from tests.coordinator.test_key_shared import HIGH, LOW, Sequencer
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import produce
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
-
-
-@pytest.fixture
-def admin(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
-    with ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE) as zk:
-        yield zk
 
 
 def test_reads_of_other_members_keep_a_blocked_key_they_do_not_own(

@@ -39,12 +39,6 @@ pytestmark = pytest.mark.slow
 SESSION_TIMEOUT = "10"  # a loaded 2-core machine can starve a member for seconds
 
 
-@pytest.fixture
-def zk(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
-    with ZooKeeperCoordinator(zookeeper_hosts) as coordinator:
-        yield coordinator
-
-
 class Group:
     """Member processes of one key_shared group, journaling into one file."""
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,25 +23,14 @@ import keyshared
 from coordinator import ZooKeeperCoordinator
 from coordinator.layout import parse_range
 from keyshared.core.slots import SlotRange
-from tests.coordinator.conftest import NAMESPACE, WAIT_S, expire_session, take
-from tests.coordinator.members import StartMember, keys_in, members_for
+from tests.coordinator.conftest import WAIT_S, expire_session, take
+from tests.coordinator.members import StartMember, keys_in
 from tests.coordinator.test_key_shared import Sequencer
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import check, produce
 
 LOW, HIGH = SlotRange(0, 32767), SlotRange(32768, 65535)
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
-
-
-@pytest.fixture
-def admin(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
-    with ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE) as zk:
-        yield zk
 
 
 def test_a_drain_that_times_out_never_makes_the_member_run_the_straggling_key_twice(

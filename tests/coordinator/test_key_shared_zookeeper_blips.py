@@ -11,7 +11,6 @@ the fix (the member never held its range).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,23 +18,12 @@ from kazoo.exceptions import ConnectionLoss
 
 from coordinator import ZooKeeperCoordinator
 from coordinator.modes import held_ranges, lease_queue
-from tests.coordinator.conftest import NAMESPACE, WAIT_S
-from tests.coordinator.members import StartMember, members_for
+from tests.coordinator.conftest import WAIT_S
+from tests.coordinator.members import StartMember
 from tests.coordinator.test_key_shared import Sequencer
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import produce
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
-
-
-@pytest.fixture
-def admin(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
-    with ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE) as zk:
-        yield zk
 
 
 def _fail_once(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[str]:

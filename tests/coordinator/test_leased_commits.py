@@ -41,11 +41,6 @@ def start_behind_proxy(kafka_bootstrap: str, proxy: ZooKeeperProxy) -> Iterator[
     yield from members_for(kafka_bootstrap, proxy.hosts)
 
 
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
-
-
 def test_a_revoke_during_a_suspended_session_commits_before_it_releases(
     start_behind_proxy: StartMember,
     start: StartMember,

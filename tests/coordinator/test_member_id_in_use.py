@@ -10,22 +10,16 @@ timeout for a predecessor's session to expire (a process restarted at once keeps
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 import keyshared
 from coordinator import MemberIdInUse, ZooKeeperCoordinator
 from tests.coordinator.conftest import NAMESPACE, WAIT_S
-from tests.coordinator.members import StartMember, members_for
+from tests.coordinator.members import StartMember
 from tests.kafka.support.inprocess import Recorder
 
 SESSION_TIMEOUT = 2.0
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
 
 
 def test_a_second_live_process_with_the_same_member_id_is_refused_at_start(

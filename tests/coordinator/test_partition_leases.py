@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import subprocess
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from coordinator import ZooKeeperCoordinator
 from tests.coordinator.conftest import NAMESPACE, WAIT_S, expire_session
-from tests.coordinator.members import StartMember, members_for
+from tests.coordinator.members import StartMember
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder
 from tests.kafka.support.journal import (
@@ -41,12 +40,6 @@ pytestmark = pytest.mark.slow
 SLOW_KEY = b"slow-0"  # lands on partition 1 (librdkafka's default partitioner: CRC-32 % 2)
 SLOW_SECONDS = "8"
 DRAIN_TIMEOUT = "1"
-
-
-@pytest.fixture
-def zk(zookeeper_hosts: str) -> Iterator[ZooKeeperCoordinator]:
-    with ZooKeeperCoordinator(zookeeper_hosts) as coordinator:
-        yield coordinator
 
 
 def _holders(zk: ZooKeeperCoordinator, group: str) -> list[str]:
@@ -123,11 +116,6 @@ def _only(events: list[Event], kind: str, pid: int, *, seq: int) -> Event:
     found = [e for e in events if e.kind == kind and e.pid == pid and e.seq == seq]
     assert len(found) == 1, f"expected one {kind} of seq {seq} by {pid}, got {found}"
     return found[0]
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
 
 
 def test_an_expired_session_fences_and_the_partition_resumes_from_the_committed_offset(

@@ -20,15 +20,10 @@ from confluent_kafka.admin import AdminClient
 
 from keyshared.cli import cli
 from tests.coordinator.conftest import NAMESPACE, WAIT_S
-from tests.coordinator.members import StartMember, members_for
+from tests.coordinator.members import StartMember
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder, StartConsumer, consumers_for
 from tests.kafka.support.journal import committed, high_watermarks, produce
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
 
 
 @pytest.fixture

@@ -23,15 +23,10 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from coordinator import ZooKeeperCoordinator
 from keyshared.dev.topics import create_topic, delete_topics
 from tests.coordinator.conftest import NAMESPACE, WAIT_S
-from tests.coordinator.members import StartMember, members_for
+from tests.coordinator.members import StartMember
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder, StartConsumer, consumers_for
 from tests.kafka.support.journal import check, produce
-
-
-@pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
-    yield from members_for(kafka_bootstrap, zookeeper_hosts)
 
 
 @pytest.fixture
