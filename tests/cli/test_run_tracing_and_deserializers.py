@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from keyshared.dev.topics import TopicFactory, unique_name
 from tests.kafka.support.journal import REPO_ROOT, keyshared_command, terminate
 
-HANDLER_MODULE = '''
+HANDLER_MODULE = """
 import json
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from opentelemetry import trace
@@ -31,7 +31,7 @@ def handle(record):
     context = trace.get_current_span().get_span_context()
     print(json.dumps({"value": record.value, "trace": format(context.trace_id, "032x")}),
           flush=True)
-'''
+"""
 TRACES = [f"{n:032x}" for n in (0xA1, 0xB2)]
 
 
