@@ -46,10 +46,10 @@ from coordinator.modes.range_cursors import (
 from coordinator.modes.session_gate import SessionGate
 from coordinator.modes.topic_watch import TopicWatch
 from coordinator.modes.watermark_pass import LowWatermarkPass
+from keyshared.core.admission import Admission
 from keyshared.core.claims import PartitionClaims
-from keyshared.core.filters import KeyFilter
 from keyshared.core.health import Role
-from keyshared.core.slots import SlotRange, slot_of
+from keyshared.core.slots import SlotRange
 from keyshared.kafka.seams import Accepts, MembershipEvents, PlugContext
 
 if TYPE_CHECKING:
@@ -61,8 +61,6 @@ __all__ = ["KeySharedMember"]
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
-_CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per cursor
-_NULL_SLOT = slot_of(b"")
 _ASSIGN_RETRY_S = 0.5
 _REGAIN_COALESCE_S = 0.5  # grants arriving within this of the first are read together
 
@@ -82,8 +80,7 @@ class KeySharedMember:
         self._me = context.member_id
         self._dispatcher = context.dispatcher
         self._dispatcher.use_hold(FencedKeys())  # a key waits for its own fenced calls only
-        self._filter = KeyFilter(self._options.key_filters)
-        self._ordered_nulls = self._options.null_keys_ordered
+        self._admission = Admission(self._options.key_filters, self._options.null_keys_ordered)
         self._leases = zk.range_leases(self._group, self._me)
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
         self._consumer: Any = None
@@ -127,7 +124,7 @@ class KeySharedMember:
         self._topics.describe()
         self._gate.start()
         self._kafka.start()
-        self._membership = self._zk.join(self._group, self._info())
+        self._join()
         self._watch = self._zk.watch_assignment(
             self._group, self._me, lambda change: self._ctx.inbox.post(lambda: self._on(change))
         )
@@ -184,24 +181,7 @@ class KeySharedMember:
     # -- Ownership ------------------------------------------------------------------------------
 
     def admission(self, state: PartitionState) -> Accepts | None:
-        claims = self._claims.get(state.tp)
-        if claims is None:
-            return lambda _key, _offset: False
-        slot = self._slot
-        accepts_key = None if self._filter.accepts_all else self._filter.accepts
-
-        def accepts(key: bytes | None, offset: int) -> bool:
-            if accepts_key is not None and not accepts_key(key):
-                return False
-            return claims.accepts(slot(key, offset), offset)
-
-        return accepts
-
-    def _slot(self, key: bytes | None, offset: int) -> int:
-        """A record's slot. Unordered null keys are independent records: spread by offset."""
-        if key is None:
-            return _NULL_SLOT if self._ordered_nulls else offset & 0xFFFF
-        return slot_of(key)
+        return self._admission.of(self._claims.get(state.tp))
 
     # -- CursorStore ----------------------------------------------------------------------------
 
@@ -268,11 +248,9 @@ class KeySharedMember:
             self._give_back(slots, lease)
             self._missing = True
             return
-        # A read from the cursors drains the whole member and costs ZooKeeper and broker round
-        # trips. A plan moves several ranges at once and their grants arrive one by one: read
-        # once when the last one is in, or half a second after the first, not once per grant
-        # (found by the 30-minute chaos run: under a member kill every few seconds, members
-        # rebuilt once per lease and finished almost nothing).
+        # A read from the cursors drains the whole member. A plan moves several ranges at once
+        # and their grants arrive one by one: read once when the last one is in, or half a
+        # second after the first, not once per grant (docs/chaos.md has the incident).
         if not len(self._queue):
             self._rebuild(drop=[])
         elif self._regain_at is None:
@@ -319,8 +297,8 @@ class KeySharedMember:
     def _queue_again(self) -> None:
         """Queue for the ranges the plan in force gives this member that it neither holds nor
         waits for: a lease found gone (fenced) outside a session loss, or a queueing or grant
-        that ZooKeeper's absence broke. Waiting for the next plan instead left them read by
-        nobody until some member came or went (the chaos run's ZooKeeper restart showed it)."""
+        that ZooKeeper's absence broke. Waiting for the next plan would leave them read by
+        nobody until some member comes or goes (docs/chaos.md, finding 21)."""
         for slots in self._held.take_fenced():
             log.info("range %s: its lease was found gone; queueing for it again", slots)
         self._queue_missing()
@@ -329,22 +307,17 @@ class KeySharedMember:
         """Queue for every wanted range neither held nor queued; a failure is retried from
         ``tick``."""
         self._missing = False
-        if self._gate.lost or self._closing:
-            return
-        for slots in self._desired:
-            if slots not in self._held and slots not in self._queue:
-                try:
-                    self._queue.queue(slots, self._generation)
-                except Exception as exc:
-                    log.warning("range %s: queueing failed (%r); retrying", slots, exc)
-                    self._missing = True
+        if not self._gate.lost and not self._closing:
+            self._missing = not self._queue.queue_missing(
+                self._desired, self._held, self._generation
+            )
 
     def _assign_now(self) -> None:
         events = self._events
         assert events is not None
         # Staged cursors first: the stored ones are older, and reading them over this member's
-        # own progress would replay records (found by the chaos run). Raises if they cannot
-        # be written yet: the caller reads nothing and retries.
+        # own progress would replay records. Raises if they cannot be written yet: the caller
+        # reads nothing and retries.
         self._held.write_pending(self._gate.suspended)
         self._regain_at = None  # every range held now is read below
         held = self._held.tokens()
@@ -364,7 +337,7 @@ class KeySharedMember:
             events.assigned(list(self._assigned))
         self._states = [events.states[tp] for tp in self._assigned if tp in events.states]
         for state in self._states:
-            state.fencing = token_lookup(self._claims[state.tp], self._slot)
+            state.fencing = token_lookup(self._claims[state.tp], self._admission.slot)
         slots_held = sum(slots.hi - slots.lo + 1 for slots in self._held)
         for topic in self._ctx.topics:
             self._gate.metrics.owned(topic, ranges=len(self._held), slots=slots_held)
@@ -404,25 +377,18 @@ class KeySharedMember:
         leases, reading nothing, for as long as the cut lasts (see kafka_liveness.py)."""
         if self._closing or self._membership is None or not self._gate.connected():
             return
-
-        def rejoin() -> None:
-            self._membership = self._zk.join(self._group, self._info())
-
-        self._withdrawal.check(self._membership.leave, rejoin)
+        self._withdrawal.check(self._membership.leave, self._join)
 
     def _rejoin(self) -> None:
         """A new session after an expiry: join again and take up the assignment in force."""
         if self._closing or self._withdrawal.withdrawn:
             return
-        self._membership = self._zk.join(self._group, self._info())
+        self._join()
         current = self._watch.current if self._watch is not None else None
         if current is not None:
             self._apply(tuple(current.assignment.ranges_of(self._me)), current.generation)
 
-    def _info(self) -> MemberInfo:
-        return MemberInfo(
-            self._me,
-            key_filters=tuple(self._options.key_filters),
-            mode="key_shared",
-            topics=tuple(self._ctx.topics),
-        )
+    def _join(self) -> None:
+        filters, topics = tuple(self._options.key_filters), tuple(self._ctx.topics)
+        info = MemberInfo(self._me, key_filters=filters, mode="key_shared", topics=topics)
+        self._membership = self._zk.join(self._group, info)
