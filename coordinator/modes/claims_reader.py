@@ -18,6 +18,7 @@ from coordinator.modes.range_cursors import Decoded, describe_claims, stored_cur
 from coordinator.modes.topic_watch import TopicWatch
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.slots import SlotRange
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 
 if TYPE_CHECKING:
     from coordinator.modes.recipes import Recipes
@@ -55,7 +56,9 @@ class ClaimsReader:
         self._decoded: Decoded = {}  # the last read's decoded cursors (see stored_cursors)
         self.stamps: dict[TP, Incarnation] = {}  # the incarnations the last claims were read in
 
-    def read(self, consumer: Any, held: list[tuple[SlotRange, int]]) -> dict[TP, PartitionClaims]:
+    def read(
+        self, consumer: KafkaConsumer, held: list[tuple[SlotRange, int]]
+    ) -> dict[TP, PartitionClaims]:
         """The claims of ``held`` (range, token) in every partition of the member's topics."""
         committed = self._topics.read(consumer)
         self.stamps = self._topics.incarnations()

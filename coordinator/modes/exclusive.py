@@ -42,6 +42,7 @@ from coordinator.modes.session_gate import SessionGate
 from keyshared.core.health import Role
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.commits import Committer
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ class ExclusiveMember:
             return role
         return Role.ACTIVE if self._assigned else Role.STANDBY
 
-    def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
+    def join(self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents) -> None:
         self._consumer, self._events, self._topics = consumer, events, list(topics)
         self._committer = self._ctx.kafka_committer or Committer(
             consumer, self._ctx.metrics, self._ctx.dispatcher.lock, lambda tp: events.states.get(tp)
@@ -310,7 +311,7 @@ class ExclusiveMember:
         return self._events
 
 
-def _partitions_of(consumer: Any, topics: list[str], timeout: float) -> list[TP]:
+def _partitions_of(consumer: KafkaConsumer, topics: list[str], timeout: float) -> list[TP]:
     """Every partition of ``topics``; a missing topic is an error naming it."""
     found: list[TP] = []
     for topic in topics:

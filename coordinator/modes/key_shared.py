@@ -50,6 +50,7 @@ from keyshared.core.admission import Admission
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.health import Role
 from keyshared.core.slots import SlotRange
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.seams import Accepts, MembershipEvents, PlugContext
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ class KeySharedMember:
 
     # -- Membership ------------------------------------------------------------------------------
 
-    def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
+    def join(self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents) -> None:
         self._consumer, self._events = consumer, events
         partitions_of(consumer, topics, self._options.startup_timeout)  # a missing topic: error
         self._topics.describe()

@@ -51,6 +51,7 @@ from coordinator.modes.partition_release import TP, PartitionReleases, tp_name
 from coordinator.modes.session_gate import SessionGate
 from keyshared.core.health import Role
 from keyshared.kafka.commits import Committer
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.startup import assigns_incrementally
 
@@ -110,7 +111,7 @@ class PartitionLeaseMember(PartitionReleases):
 
     # -- Membership ------------------------------------------------------------------------------
 
-    def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
+    def join(self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents) -> None:
         # Own leases never block a member: a second live process with this id is refused here.
         self._membership = self._zk.join(self._ctx.group, self._info)
         self._consumer, self._events = consumer, events

@@ -19,6 +19,7 @@ from keyshared.core.offsets import decode_finished, encode_within
 from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 from keyshared.core.slots import MAX_SLOT, SlotRange
 from keyshared.errors import ConfigurationError, KeySharedError
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 
 if TYPE_CHECKING:
     from keyshared.kafka.partition import PartitionState
@@ -199,7 +200,7 @@ def idle(states: list[PartitionState]) -> bool:
     return all(state.running == 0 for state in states)
 
 
-def partitions_of(consumer: Any, topics: list[str], timeout: float) -> list[TP]:
+def partitions_of(consumer: KafkaConsumer, topics: list[str], timeout: float) -> list[TP]:
     """Every partition of ``topics``; a missing topic is an error naming it."""
     found: list[TP] = []
     for topic in topics:

@@ -31,6 +31,7 @@ from coordinator.incarnations import Incarnation, TopicRecord, TopicRecords
 from coordinator.layout import GroupLayout
 from keyshared.errors import KeySharedError
 from keyshared.kafka.client_config import client_properties
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.seams import PlugContext
 
 __all__ = ["TopicWatch"]
@@ -135,7 +136,7 @@ class TopicWatch:
 
     # -- reading: Kafka's offsets, then the records --------------------------------------------
 
-    def read(self, consumer: Any, timeout: float | None = None) -> dict[TP, int]:
+    def read(self, consumer: KafkaConsumer, timeout: float | None = None) -> dict[TP, int]:
         """The group's Kafka committed offsets (-1: none), with every topic's record reconciled
         against them (:func:`coordinator.incarnations.reconcile`); the records are kept for
         :meth:`split` and :meth:`incarnations`."""
@@ -169,7 +170,7 @@ class TopicWatch:
                 break
         return committed, records
 
-    def _committed(self, consumer: Any, timeout: float) -> dict[TP, int]:
+    def _committed(self, consumer: KafkaConsumer, timeout: float) -> dict[TP, int]:
         wanted = [TopicPartition(t, p) for t, p in self.partitions()]
         found = consumer.committed(wanted, timeout=timeout)
         return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else -1 for tp in found}
@@ -197,7 +198,9 @@ class TopicWatch:
             (valid if counts else stale).append(cursor)
         return valid, stale
 
-    def bases(self, consumer: Any, committed: Mapping[TP, int], reset: str) -> dict[TP, int]:
+    def bases(
+        self, consumer: KafkaConsumer, committed: Mapping[TP, int], reset: str
+    ) -> dict[TP, int]:
         """Where slots without a cursor start: the group's committed offset, else the start or
         the end (``auto.offset.reset``). A partition added after the group started is read
         from its start: ``latest`` would skip what was produced to it before it was seen."""

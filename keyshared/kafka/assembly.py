@@ -29,6 +29,7 @@ from keyshared.kafka.dlq import DeadLetterWriter
 from keyshared.kafka.execution import RecordExecutor
 from keyshared.kafka.health_view import HealthView
 from keyshared.kafka.hotkeys_view import hot_keys_report
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.poll_loop import PollLoop
 from keyshared.kafka.pull import PullQueue
@@ -62,7 +63,7 @@ def assemble(
     stack: contextlib.ExitStack,
     parts: RunParts,
     *,
-    consumer: Any,
+    consumer: KafkaConsumer,
     config: dict[str, Any],
     options: ConsumerOptions,
     group: str,

@@ -10,10 +10,10 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.partition import PartitionState
 from keyshared.metrics import ConsumerMetrics
 
@@ -28,7 +28,7 @@ _WAKE_TIMEOUT = 0.5  # the watermark query that wakes librdkafka's fetcher after
 class Backpressure:
     """Which partitions this member paused because their window was full."""
 
-    def __init__(self, consumer: Any, metrics: ConsumerMetrics) -> None:
+    def __init__(self, consumer: KafkaConsumer, metrics: ConsumerMetrics) -> None:
         self._consumer = consumer
         self._metrics = metrics
         self.paused: set[TP] = set()

@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from keyshared.core.offsets import encode_within
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.partition import PartitionState
 
 __all__ = ["Committer"]
@@ -40,7 +41,7 @@ class Committer:
 
     def __init__(
         self,
-        consumer: Any,
+        consumer: KafkaConsumer,
         metrics: Any,
         lock: Any,
         lookup: Callable[[tuple[str, int]], PartitionState | None],

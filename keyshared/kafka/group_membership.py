@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from keyshared.core.health import Role
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents
 
 __all__ = ["KafkaGroupMembership"]
@@ -27,7 +28,7 @@ class KafkaGroupMembership:
     def __init__(self) -> None:
         self._joined = False
 
-    def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None:
+    def join(self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents) -> None:
         def on_assign(_consumer: Any, partitions: list[TopicPartition]) -> None:
             # The group calls this on every join, with an empty list for a member it gives no
             # partition (cooperative or eager): joined, idle, and ready all the same.

@@ -24,6 +24,7 @@ from keyshared.kafka.backpressure import Backpressure
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.group_membership import KafkaGroupMembership
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.kafka.positions import note_stale_positions, observe_positions
@@ -48,7 +49,7 @@ class PollLoop:
 
     def __init__(
         self,
-        consumer: Any,
+        consumer: KafkaConsumer,
         topics: list[str],
         options: ConsumerOptions,
         dispatcher: Dispatcher,

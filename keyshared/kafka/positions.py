@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from keyshared.kafka.dispatcher import Dispatcher
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.partition import PartitionState
 
 __all__ = ["note_stale_positions", "observe_positions"]
@@ -26,14 +26,14 @@ log = logging.getLogger(__name__)
 TP = tuple[str, int]
 
 
-def note_stale_positions(consumer: Any, states: Mapping[TP, PartitionState]) -> None:
+def note_stale_positions(consumer: KafkaConsumer, states: Mapping[TP, PartitionState]) -> None:
     """Remember each newly assigned partition's position: it proves nothing (see above)."""
     for state, offset in _positions(consumer, states):
         state.stale_position = offset
 
 
 def observe_positions(
-    consumer: Any, states: Mapping[TP, PartitionState], dispatcher: Dispatcher
+    consumer: KafkaConsumer, states: Mapping[TP, PartitionState], dispatcher: Dispatcher
 ) -> None:
     """Let the windows' cursors pass offsets the consumer skipped without delivering them."""
     positions = _positions(consumer, states)
@@ -53,7 +53,7 @@ def observe_positions(
 
 
 def _positions(
-    consumer: Any, states: Mapping[TP, PartitionState]
+    consumer: KafkaConsumer, states: Mapping[TP, PartitionState]
 ) -> Iterable[tuple[PartitionState, int]]:
     """(state, position) of every partition in ``states`` the consumer knows a position of."""
     if not states:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
@@ -17,6 +16,7 @@ from keyshared.core.health import StuckPartition
 from keyshared.core.redaction import shown_key
 from keyshared.core.window import CursorBlocker
 from keyshared.kafka.dispatcher import Dispatcher
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.partition import PartitionState
 from keyshared.kafka.split_keys import SplitKeyReport
 from keyshared.metrics import ConsumerMetrics
@@ -35,7 +35,7 @@ class LoopSampler:
 
     def __init__(
         self,
-        consumer: Any,
+        consumer: KafkaConsumer,
         dispatcher: Dispatcher,
         metrics: ConsumerMetrics,
         options: ConsumerOptions,

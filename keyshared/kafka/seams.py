@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from keyshared.core.filters import KeyFilter
 from keyshared.core.health import Role
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 
 if TYPE_CHECKING:
     from keyshared.kafka.commits import Committer
@@ -180,7 +181,9 @@ class Membership(Protocol):
     first poll, ``tick`` once per loop iteration, ``leave`` once after the final commit —
     except ``role``, which the health endpoint reads from its own thread (flags only)."""
 
-    def join(self, consumer: Any, topics: list[str], events: MembershipEvents) -> None: ...
+    def join(
+        self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents
+    ) -> None: ...
 
     def tick(self) -> None: ...
 

@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException
 
 from keyshared.errors import ConfigurationError, UnreachableError
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 
 __all__ = ["ClientErrors", "assigns_incrementally", "build_consumer", "check_reachable"]
 
@@ -63,7 +64,7 @@ def build_consumer(
 
 
 def check_reachable(
-    consumer: Any,
+    consumer: KafkaConsumer,
     topics: Iterable[str],
     config: dict[str, Any],
     timeout: float,

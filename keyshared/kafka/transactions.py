@@ -43,6 +43,7 @@ from confluent_kafka import (
 from keyshared.core.offsets import decode_finished
 from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
 from keyshared.kafka.commits import Committer
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.outputs import OutputMessage
 from keyshared.kafka.partition import PartitionState
 from keyshared.kafka.seams import MembershipEvents
@@ -82,7 +83,7 @@ class TransactionalCommitter(Committer):
 
     def __init__(
         self,
-        consumer: Any,
+        consumer: KafkaConsumer,
         metrics: Any,
         lock: Any,
         producer_config: dict[str, Any],
@@ -364,7 +365,7 @@ class TransactionalCommitter(Committer):
 
 
 def transactional_store(
-    consumer: Any,
+    consumer: KafkaConsumer,
     kafka_config: dict[str, Any],
     options: ConsumerOptions,
     metrics: Any,
