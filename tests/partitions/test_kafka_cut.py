@@ -63,6 +63,47 @@ def _finished(recorders: list[Recorder], seq: int) -> set[bytes]:
     }
 
 
+def _until_both_hold_work(
+    servers: Partitioned, topic: str, a: Recorder, b: Recorder
+) -> tuple[int, set[bytes]]:
+    """Rounds until both members ran some key: the last round, and the keys A ran in it."""
+    seq = 0
+    while not (seq and _finished([a], seq) and _finished([b], seq)):
+        seq += 1
+        _round(servers, topic, seq)
+        _await_round([a, b], seq)
+    return seq, _finished([a], seq)
+
+
+def _moved_after(
+    servers: Partitioned,
+    topic: str,
+    a: Recorder,
+    b: Recorder,
+    seq: int,
+    a_keys: set[bytes],
+    broke_at: int,
+) -> float:
+    """Round ``seq``, produced after the break: seconds from the break (monotonic ns) to B's
+    first start of a key A had been running."""
+    _round(servers, topic, seq)
+    _await_round([a, b], seq)
+    taken_over = min(
+        e.t for e in b.snapshot() if e.kind == "S" and e.seq == seq and e.key in a_keys
+    )
+    return (taken_over - broke_at) / 1e9
+
+
+def _heal_and_check(servers: Partitioned, topic: str, a: Recorder, b: Recorder, seq: int) -> None:
+    """Heal the link, run round ``seq`` on both, and judge every round: none lost, no key run
+    twice at once."""
+    servers.kafka_link.heal()
+    _round(servers, topic, seq)
+    _await_round([a, b], seq)
+    report = check(a.snapshot() + b.snapshot(), dict.fromkeys(KEYS, seq))
+    assert not report.missing and not report.violations, report.summary()
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_member_cut_off_from_kafka_gives_its_work_up_within_a_bound(
     servers: Partitioned,
@@ -76,34 +117,14 @@ def test_a_member_cut_off_from_kafka_gives_its_work_up_within_a_bound(
     a, b = Recorder(pid=1), Recorder(pid=2)
     start(group, name, a, "a", bootstrap=servers.kafka_link.address, **options)
     start(group, name, b, "b", **options)
-    both = [a, b]
-
-    seq = 0
-    while not (seq and _finished([a], seq) and _finished([b], seq)):  # until both hold work
-        seq += 1
-        _round(servers, name, seq)
-        _await_round(both, seq)
-    a_keys = _finished([a], seq)
+    seq, a_keys = _until_both_hold_work(servers, name, a, b)
 
     cut = time.monotonic_ns()
     getattr(servers.kafka_link, fault)()
-    seq += 1
-    _round(servers, name, seq)
-    _await_round(both, seq)
-    taken_over = min(
-        e.t for e in b.snapshot() if e.kind == "S" and e.seq == seq and e.key in a_keys
-    )
-    bound = (taken_over - cut) / 1e9
+    bound = _moved_after(servers, name, a, b, seq + 1, a_keys, cut)
     print(f"\n{case}: A's keys moved to B {bound:.1f} s after the {fault}")
     assert bound < BOUND_S
-
-    servers.kafka_link.heal()
-    seq += 1
-    _round(servers, name, seq)
-    _await_round(both, seq)
-
-    report = check(a.snapshot() + b.snapshot(), dict.fromkeys(KEYS, seq))
-    assert not report.missing and not report.violations, report.summary()
+    _heal_and_check(servers, name, a, b, seq + 2)
 
 
 def test_a_leader_cut_off_in_the_middle_of_its_low_watermark_pass_still_gives_its_work_up(
@@ -138,30 +159,11 @@ def test_a_leader_cut_off_in_the_middle_of_its_low_watermark_pass_still_gives_it
     with ZooKeeperCoordinator(servers.zookeeper, namespace=NAMESPACE).start() as admin:
         wait_until(lambda: admin.status(group).leader == "a", "A to lead", 30)
     start(group, name, b, "b", **KEY_SHARED)
-    both = [a, b]
-    seq = 0
-    while not (seq and _finished([a], seq) and _finished([b], seq)):  # until both hold work
-        seq += 1
-        _round(servers, name, seq)
-        _await_round(both, seq)
-    a_keys = _finished([a], seq)
+    seq, a_keys = _until_both_hold_work(servers, name, a, b)
 
     armed.set()  # A's next pass (every few seconds) meets the blackhole
     assert fired.wait(30), "A's low-watermark pass never ran"
-    cut = time.monotonic_ns()
-    seq += 1
-    _round(servers, name, seq)
-    _await_round(both, seq)
-    taken_over = min(
-        e.t for e in b.snapshot() if e.kind == "S" and e.seq == seq and e.key in a_keys
-    )
-    bound = (taken_over - cut) / 1e9
+    bound = _moved_after(servers, name, a, b, seq + 1, a_keys, time.monotonic_ns())
     print(f"\nA's keys moved to B {bound:.1f} s after the blackhole in its pass")
     assert bound < BOUND_S
-
-    servers.kafka_link.heal()
-    seq += 1
-    _round(servers, name, seq)
-    _await_round(both, seq)
-    report = check(a.snapshot() + b.snapshot(), dict.fromkeys(KEYS, seq))
-    assert not report.missing and not report.violations, report.summary()
+    _heal_and_check(servers, name, a, b, seq + 2)
