@@ -19,7 +19,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from keyshared.bench.contenders import BenchError, run_keyshared, run_keyshared_batches, run_raw
+from keyshared.bench.against_raw import alternate_with_raw
+from keyshared.bench.contenders import BenchError, run_keyshared, run_keyshared_batches
 from keyshared.bench.context import BenchContext
 from keyshared.bench.peers import parallel_consumer as pc
 from keyshared.bench.peers.common import PeerRunError
@@ -62,27 +63,21 @@ def run_batch(ctx: BenchContext) -> ScenarioResult:
     topic = ctx.new_topic("batch", partitions)
     produce(ctx.bootstrap, topic, uniform_keys(records, key_count))
 
-    raws: list[Measurement] = []
-    batches: list[Measurement] = []
-    for run in range(max(raw_runs, batch_runs)):  # alternate, so drift hits both alike
-        if run < raw_runs:
-            ctx.say(f"batch: {records} records on {topic}; raw consume loop, run {run + 1}")
-            raws.append(run_raw(ctx.bootstrap, topic, ctx.new_group("batch-raw"), records))
-        if run < batch_runs:
-            ctx.say(f"batch: keyshared no-op batches of <= {BATCH_SIZE}, run {run + 1}")
-            batches.append(
-                run_keyshared_batches(
-                    ctx.bootstrap,
-                    topic,
-                    ctx.new_group("batch-ks"),
-                    records,
-                    workers,
-                    BATCH_SIZE,
-                    label=f"keyshared no-op batches of <= {BATCH_SIZE} ({workers} workers)",
-                )
-            )
-    raw = result.add(_best(raws))
-    batch = result.add(_best(batches))
+    def batch_run(run: int) -> Measurement:
+        ctx.say(f"batch: keyshared no-op batches of <= {BATCH_SIZE}, run {run + 1}")
+        return run_keyshared_batches(
+            ctx.bootstrap,
+            topic,
+            ctx.new_group("batch-ks"),
+            records,
+            workers,
+            BATCH_SIZE,
+            label=f"keyshared no-op batches of <= {BATCH_SIZE} ({workers} workers)",
+        )
+
+    runs = alternate_with_raw(ctx, "batch", topic, records, (raw_runs, batch_runs), batch_run)
+    raw = result.add(runs.raw)
+    batch = result.add(runs.other)
     ctx.say("batch: keyshared single-record no-op handler")
     single = result.add(
         run_keyshared(
@@ -116,10 +111,7 @@ def run_batch(ctx: BenchContext) -> ScenarioResult:
     )
 
     _parallel_consumer_batches(ctx, result, topic, records, workers, batch.figure)
-    result.notes.append(
-        f"best of {len(raws)} raw runs ({_rates(raws)} records/s) and of {len(batches)} "
-        f"keyshared batch runs ({_rates(batches)} records/s)"
-    )
+    result.notes.append(runs.note("keyshared batch"))
     result.notes.append(
         f"keyshared with no-op batches costs about {1e6 / batch.figure - 1e6 / raw.figure:.1f} "
         f"us per record more than reading it (one record per call: "
@@ -208,13 +200,3 @@ def _parallel_consumer_batches(
         )
     )
     result.ratio("batch_noop_vs_parallel_consumer_batch", keyshared_figure, measured.figure)
-
-
-def _best(runs: list[Measurement]) -> Measurement:
-    best = max(runs, key=lambda m: m.figure)
-    best.extra["runs"] = [round(m.figure) for m in runs]
-    return best
-
-
-def _rates(runs: list[Measurement]) -> str:
-    return ", ".join(f"{m.figure:,.0f}" for m in runs)

@@ -17,7 +17,8 @@ ordering costs in each library when the handler costs nothing.
 
 from __future__ import annotations
 
-from keyshared.bench.contenders import run_keyshared, run_raw
+from keyshared.bench.against_raw import alternate_with_raw
+from keyshared.bench.contenders import run_keyshared
 from keyshared.bench.context import BenchContext
 from keyshared.bench.peers import add_peers
 from keyshared.bench.registry import register
@@ -46,19 +47,17 @@ def run_noop(ctx: BenchContext) -> ScenarioResult:
     )
     topic = ctx.new_topic("noop", partitions)
     produce(ctx.bootstrap, topic, uniform_keys(records, key_count))
-    raws: list[Measurement] = []
-    kss: list[Measurement] = []
-    for run in range(max(raw_runs, keyshared_runs)):  # alternate, so drift hits both alike
-        if run < raw_runs:
-            ctx.say(f"noop: {records} records on {topic}; raw consume loop, run {run + 1}")
-            raws.append(run_raw(ctx.bootstrap, topic, ctx.new_group("noop-raw"), records))
-        if run < keyshared_runs:
-            ctx.say(f"noop: keyshared, run {run + 1}")
-            kss.append(
-                run_keyshared(ctx.bootstrap, topic, ctx.new_group("noop-ks"), records, 0.0, workers)
-            )
-    raw = result.add(_best(raws))
-    ks = result.add(_best(kss))
+
+    def keyshared_run(run: int) -> Measurement:
+        ctx.say(f"noop: keyshared, run {run + 1}")
+        group = ctx.new_group("noop-ks")
+        return run_keyshared(ctx.bootstrap, topic, group, records, 0.0, workers)
+
+    runs = alternate_with_raw(
+        ctx, "noop", topic, records, (raw_runs, keyshared_runs), keyshared_run
+    )
+    raw = result.add(runs.raw)
+    ks = result.add(runs.other)
     result.ratio("keyshared_vs_raw", ks.figure, raw.figure)
     add_peers(
         ctx,
@@ -69,22 +68,9 @@ def run_noop(ctx: BenchContext) -> ScenarioResult:
         concurrency=workers,
         keyshared_figure=ks.figure,
     )
-    result.notes.append(
-        f"best of {len(raws)} raw runs ({_rates(raws)} records/s) and of {len(kss)} keyshared "
-        f"runs ({_rates(kss)} records/s)"
-    )
+    result.notes.append(runs.note("keyshared"))
     result.notes.append(
         f"keyshared costs about {1e6 / ks.figure - 1e6 / raw.figure:.1f} us per record more "
         "than reading it (the price of per-key order and safe commits)"
     )
     return result
-
-
-def _best(runs: list[Measurement]) -> Measurement:
-    best = max(runs, key=lambda m: m.figure)
-    best.extra["runs"] = [round(m.figure) for m in runs]
-    return best
-
-
-def _rates(runs: list[Measurement]) -> str:
-    return ", ".join(f"{m.figure:,.0f}" for m in runs)
