@@ -308,10 +308,15 @@ class KeySharedMember:
         """Queue for every wanted range neither held nor queued; a failure is retried from
         ``tick``."""
         self._missing = False
-        if not self._gate.lost and not self._closing:
-            self._missing = not self._queue.queue_missing(
-                self._desired, self._held, self._generation
-            )
+        if self._gate.lost or self._closing:
+            return
+        for slots in self._desired:
+            if slots not in self._held and slots not in self._queue:
+                try:
+                    self._queue.queue(slots, self._generation)
+                except Exception as exc:
+                    log.warning("range %s: queueing failed (%r); retrying", slots, exc)
+                    self._missing = True
 
     def _assign_now(self) -> None:
         events = self._events
