@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException, TopicPartition
 from kazoo.exceptions import KazooException
@@ -42,7 +42,7 @@ from coordinator.modes.session_gate import SessionGate
 from keyshared.core.health import Role
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.commits import Committer
-from keyshared.kafka.kafka_consumer import KafkaConsumer
+from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class ExclusiveMember:
         self._group = context.group
         self._me = context.member_id
         self._active_dir = zk.layout(context.group).active
-        self._consumer: Any = None
+        self._consumer: KafkaConsumer = NOT_JOINED
         self._events: MembershipEvents | None = None
         self._committer: Committer | None = None
         self._topics: list[str] = []

@@ -25,13 +25,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from coordinator.assignment import AssignmentChange
+from coordinator.assignment import AssignmentChange, AssignmentWatch
+from coordinator.leader import AssignmentLeader
 from coordinator.leases import Lease
-from coordinator.members import MemberInfo
+from coordinator.members import MemberInfo, Membership
 from coordinator.modes.claims_reader import ClaimsReader
 from coordinator.modes.deferred_rebuild import DeferredRebuild
 from coordinator.modes.handback import HandBack
@@ -39,10 +41,7 @@ from coordinator.modes.held_ranges import HeldRanges
 from coordinator.modes.kafka_liveness import KafkaLiveness, PlanWithdrawal
 from coordinator.modes.key_shared_stragglers import FencedKeys
 from coordinator.modes.lease_queue import LeaseQueue
-from coordinator.modes.range_cursors import (
-    partitions_of,
-    token_lookup,
-)
+from coordinator.modes.range_cursors import partitions_of, token_lookup
 from coordinator.modes.session_gate import SessionGate
 from coordinator.modes.topic_watch import TopicWatch
 from coordinator.modes.watermark_pass import LowWatermarkPass
@@ -50,7 +49,7 @@ from keyshared.core.admission import Admission
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.health import Role
 from keyshared.core.slots import SlotRange
-from keyshared.kafka.kafka_consumer import KafkaConsumer
+from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import Accepts, MembershipEvents, PlugContext
 
 if TYPE_CHECKING:
@@ -84,7 +83,7 @@ class KeySharedMember:
         self._admission = Admission(self._options.key_filters, self._options.null_keys_ordered)
         self._leases = zk.range_leases(self._group, self._me)
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
-        self._consumer: Any = None
+        self._consumer: KafkaConsumer = NOT_JOINED
         self._events: MembershipEvents | None = None
         self._assigned: list[TP] = []
         self._claims: dict[TP, PartitionClaims] = {}
@@ -109,9 +108,9 @@ class KeySharedMember:
             self._topics, zk.client, zk.layout(self._group), context.kafka_config
         )
         self._reader = ClaimsReader(zk, self._group, self._topics, context.kafka_config, self._me)
-        self._leader: Any = None
-        self._watch: Any = None
-        self._membership: Any = None
+        self._leader: AssignmentLeader | None = None
+        self._watch: AssignmentWatch | None = None
+        self._membership: Membership | None = None
         self._closing = False
         self._kafka = KafkaLiveness(context.kafka_config, context.topics)
         self._withdrawal = PlanWithdrawal(self._kafka, self._me, self._group)
@@ -169,7 +168,7 @@ class KeySharedMember:
         # Final cursors written: bring the group's Kafka offsets up to every range's cursor,
         # so lag tools see the end even with no leader left. Every member does it, even one
         # holding nothing now: the last to leave sees every other member's final cursors.
-        self._watermark.final(run=self._consumer is not None and self._gate.connected())
+        self._watermark.final(run=self._consumer is not NOT_JOINED and self._gate.connected())
         self._queue.cancel_all()
         self._held.release_all(self._states)  # each lease stands while a call of its keys runs
         self._gate.stop()
@@ -191,14 +190,14 @@ class KeySharedMember:
     ) -> dict[TP, tuple[int | None, str]]:
         return {tp: (self._claims[tp].start, "") for tp in partitions if tp in self._claims}
 
-    def commit_async(self, states: Any) -> None:
+    def commit_async(self, states: Iterable[PartitionState]) -> None:
         self._flush(list(states), force=False)
         # Kafka's offsets up to the ranges' cursors (lag tools), superseded cursors collected:
         # on a thread of its own, the poll thread never waits for Kafka there.
         if self._leader is not None and self._leader.is_leader and self._kafka.answering():
             self._watermark.due()
 
-    def commit_sync(self, states: Any) -> bool:
+    def commit_sync(self, states: Iterable[PartitionState]) -> bool:
         return self._flush(list(states), force=True)
 
     def _flush(self, states: list[PartitionState], force: bool) -> bool:

@@ -36,7 +36,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
 from kazoo.exceptions import KazooException
@@ -51,7 +51,7 @@ from coordinator.modes.partition_release import TP, PartitionReleases, tp_name
 from coordinator.modes.session_gate import SessionGate
 from keyshared.core.health import Role
 from keyshared.kafka.commits import Committer
-from keyshared.kafka.kafka_consumer import KafkaConsumer
+from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.startup import assigns_incrementally
 
@@ -86,7 +86,7 @@ class PartitionLeaseMember(PartitionReleases):
         self._leases = zk.partition_leases(context.group, context.member_id)
         self._directory = zk.layout(context.group).partition_leases
         self._incremental = assigns_incrementally(context.kafka_config)
-        self._consumer: Any = None
+        self._consumer: KafkaConsumer = NOT_JOINED
         self._events: MembershipEvents | None = None
         self._generation = 0  # assignments seen; stored in the lease for operators
         self._assigned: set[TP] = set()  # by the group: paused here until leased

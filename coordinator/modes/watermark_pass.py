@@ -43,6 +43,7 @@ from coordinator.layout import GroupLayout
 from coordinator.modes.range_cursors import low_watermarks
 from coordinator.modes.topic_watch import TopicWatch
 from keyshared.kafka.client_config import client_properties
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 
 __all__ = ["LowWatermarkPass"]
 
@@ -79,7 +80,7 @@ class LowWatermarkPass:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
         }
-        self._consumer: Any = None  # made and used on the pass's thread only
+        self._consumer: KafkaConsumer | None = None  # made and used on the pass's thread only
         self._thread: threading.Thread | None = None
         self._next = 0.0
 
@@ -181,7 +182,7 @@ class LowWatermarkPass:
 
     # -- Kafka, through the pass's own consumer (on the pass's thread) --------------------------
 
-    def _kafka(self) -> Any:
+    def _kafka(self) -> KafkaConsumer:
         if self._consumer is None:
             self._consumer = Consumer(self._config)
         return self._consumer

@@ -35,10 +35,13 @@ class KafkaGroupMembership:
             self._joined = True
             events.assigned(_tps(partitions))
 
+        def on_revoke(_consumer: Any, partitions: list[TopicPartition]) -> None:
+            events.revoked(_tps(partitions))  # drained or not, the group takes them now
+
         consumer.subscribe(
             topics,
             on_assign=on_assign,
-            on_revoke=lambda _c, partitions: events.revoked(_tps(partitions)),
+            on_revoke=on_revoke,
             on_lost=lambda _c, partitions: events.lost(_tps(partitions)),
         )
 
