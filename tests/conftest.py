@@ -24,11 +24,12 @@ no server.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import cast
+from typing import NoReturn, cast
 
 import pytest
 
@@ -55,24 +56,75 @@ TOPOLOGY_DIR_ENV = "KEYSHARED_TOPOLOGY_DIR"
 # Six server JVMs on a shared two-core machine: a node restarted under load has been seen to
 # take 65 s to rejoin (catching up on the metadata log, recovering its partitions).
 _TOPOLOGY_START_TIMEOUT_S = 180.0
-_CORE_TESTS = Path(__file__).parent / "core"
+# Markers that say a test is more than a unit test, whatever fixtures it uses.
+_NOT_UNIT = ("integration", "slow", "chaos", "chaos_open", "topology")
 _UNIT_TIMEOUT_S = 60
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark tests under tests/core/ `unit`, tests that use a server fixture `integration`."""
+    """Mark every test `unit` that uses no server fixture and is not marked otherwise, tests
+    that use a server fixture `integration`, those on the topology `topology`.
+
+    A module that starts servers or processes of its own (not through these fixtures) says so
+    with ``pytestmark = pytest.mark.integration``; if it forgets, the guard below fails its
+    tests the first time they start a process as `unit`, so the marker cannot drift.
+    """
     for item in items:
-        path = Path(str(item.path))
-        if _CORE_TESTS in path.parents:
-            item.add_marker(pytest.mark.unit)
-        if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        uses_servers = bool(_SERVER_FIXTURES & fixtures)
+        if uses_servers:
+            if item.get_closest_marker("unit") is not None:
+                raise pytest.UsageError(
+                    f"{item.nodeid} is marked unit but uses a server fixture "
+                    f"({', '.join(sorted(_SERVER_FIXTURES & fixtures))})"
+                )
             item.add_marker(pytest.mark.integration)
-        if "topology_cluster" in getattr(item, "fixturenames", ()):
+        elif not any(item.get_closest_marker(m) for m in _NOT_UNIT):
+            item.add_marker(pytest.mark.unit)
+        if "topology_cluster" in fixtures:
             # Six more JVMs: `-m "not topology"` leaves them out of a quick run.
             item.add_marker(pytest.mark.topology)
         if item.get_closest_marker("unit") is not None and not item.get_closest_marker("timeout"):
             # No server, no subprocess: a deadlock here should fail in seconds, not minutes.
             item.add_marker(pytest.mark.timeout(_UNIT_TIMEOUT_S))
+
+
+class UnitTestStartedAProcess(AssertionError):
+    """A test marked `unit` (by hand or automatically) started a process."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _no_process_if_unit(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _no_process_if_unit(item):
+        return (yield)
+
+
+@contextlib.contextmanager
+def _no_process_if_unit(item: pytest.Item) -> Iterator[None]:
+    """While a `unit` test (and its fixtures, wider-scoped ones included) is set up and runs,
+    starting a process fails it, naming the fix. Covers subprocess, multiprocessing (both go
+    through ``Popen._execute_child`` or ``os.fork``) and so the JVMs of Kafka, ZooKeeper and
+    Spark."""
+    if item.get_closest_marker("unit") is None:
+        yield
+        return
+
+    def refuse(*_args: object, **_kwargs: object) -> NoReturn:
+        raise UnitTestStartedAProcess(
+            f"{item.nodeid} is marked unit but started a process: give its module "
+            "`pytestmark = pytest.mark.integration` (tests/conftest.py)"
+        )
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "_execute_child", refuse)
+        patch.setattr(os, "fork", refuse)
+        yield
 
 
 @dataclass

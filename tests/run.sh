@@ -32,7 +32,7 @@ echo "== fetching the Kafka and ZooKeeper jars (cached outside the repo)"
 keyshared dev fetch
 
 # About 40 s from warm pip and Maven caches, seconds once installed: the bench peers'
-# integration test (tests/cli/test_bench_peers.py) and `bench --quick` race them.
+# integration test (tests/bench/test_bench_peers.py) and `bench --quick` race them.
 echo "== installing the bench peers (Parallel Consumer, pyrallel-consumer, quixstreams; cached)"
 keyshared bench --install-peers
 

@@ -5,10 +5,6 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.unit
-
 _ROOT = Path(__file__).parent.parent
 
 

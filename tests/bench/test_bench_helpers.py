@@ -34,8 +34,6 @@ from keyshared.bench.shapes import (
 )
 from keyshared.bench.workload import random_keys
 
-pytestmark = pytest.mark.unit
-
 
 def test_parse_shapes_keeps_order_drops_duplicates_and_names_bad_items() -> None:
     assert [s.name for s in parse_shapes("32, 8,zipf,8,ZIPF")] == ["32", "8", ZIPF]

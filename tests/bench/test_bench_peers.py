@@ -29,17 +29,13 @@ from keyshared.bench.workload import produce, uniform_keys
 from keyshared.cli.bench import bench
 from keyshared.dev.topics import TopicFactory
 
-unit = pytest.mark.unit
 
-
-@unit
 def test_parse_timing_reads_the_last_json_line() -> None:
     out = 'starting\n{"records": 1, "seconds": 9}\nnoise\n{"records": 300, "seconds": 0.5}\n'
     timing = parse_timing("peer", 0, out, "")
     assert (timing.records, timing.seconds) == (300, 0.5)
 
 
-@unit
 @pytest.mark.parametrize(
     ("returncode", "stdout", "stderr", "message"),
     [
@@ -59,7 +55,6 @@ def test_parse_timing_names_the_peer_and_the_problem(
     assert message in str(info.value)
 
 
-@unit
 def test_harness_command_passes_nanoseconds_and_the_classpath(tmp_path: Path) -> None:
     install = pc.PcInstall(jar_cache=tmp_path / "jars", peers_cache=tmp_path / "peers")
     command = pc.harness_command(
@@ -73,7 +68,6 @@ def test_harness_command_passes_nanoseconds_and_the_classpath(tmp_path: Path) ->
     assert batched[-2:] == ["9", "50"]  # PC's batch mode: the optional last argument
 
 
-@unit
 @pytest.mark.parametrize(
     ("records", "handler_s", "concurrency", "batch_size"),
     [(0, 0.0, 4, 1), (5, -1.0, 4, 1), (5, 0.0, 4, 0)],
@@ -88,7 +82,6 @@ def test_harness_command_rejects_bad_sizes(
         )
 
 
-@unit
 def test_pc_install_folders_are_keyed_by_version_and_content(tmp_path: Path) -> None:
     install = pc.PcInstall(jar_cache=tmp_path / "jars", peers_cache=tmp_path / "peers")
     assert install.version == pc.parallel_consumer_version() == "0.5.3.3"
@@ -99,7 +92,6 @@ def test_pc_install_folders_are_keyed_by_version_and_content(tmp_path: Path) -> 
     assert pc.parallel_consumer_install(install) is None  # nothing cached there: skipped
 
 
-@unit
 def test_pyrallel_worker_command_checks_its_mode() -> None:
     command = pyrallel.worker_command("/py", "async", "b", "t", "g", 10, 0.005, 8, 60.0)
     assert command[0] == "/py" and command[3].endswith("pyrallel_worker.py")
@@ -110,7 +102,6 @@ def test_pyrallel_worker_command_checks_its_mode() -> None:
         pyrallel.worker_command("/py", "process", "b", "t", "g", 10, 0.0, 0, 60.0)
 
 
-@unit
 def test_skip_notes_say_how_to_install(tmp_path: Path) -> None:
     assert INSTALL_HINT in pc.skip_note() and "0.5.3.3" in pc.skip_note()
     note = pyrallel.skip_note(str(tmp_path / "nope"))
@@ -118,7 +109,6 @@ def test_skip_notes_say_how_to_install(tmp_path: Path) -> None:
     assert "--ignore-requires-python pyrallel-consumer==1.0.0" in note
 
 
-@unit
 def test_peers_cache_follows_its_environment_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,7 +117,7 @@ def test_peers_cache_follows_its_environment_variable(
     assert pyrallel.default_pyrallel_python() == tmp_path / "pyrallel-venv" / "bin" / "python"
 
 
-@unit
+@pytest.mark.integration  # asks a Python interpreter (here a missing one) for its version
 def test_add_peers_leaves_notes_when_peers_are_off_or_missing(tmp_path: Path) -> None:
     ctx = BenchContext(
         "127.0.0.1:1", parallel_consumer=False, pyrallel_python=str(tmp_path / "no-python")
@@ -141,7 +131,6 @@ def test_add_peers_leaves_notes_when_peers_are_off_or_missing(tmp_path: Path) ->
     assert result.notes[1] == pyrallel.skip_note(str(tmp_path / "no-python"))
 
 
-@unit
 def test_bench_help_lists_the_peer_options() -> None:
     done = CliRunner().invoke(bench, ["--help"], terminal_width=200)
     assert done.exit_code == 0

@@ -1,7 +1,7 @@
 """Micro-benchmarks of the per-record and per-commit paths of the pure core.
 
 Disabled by default (``--benchmark-disable`` in pyproject), so each runs once as a plain test.
-Measure with ``pytest tests/benchmarks --benchmark-enable``.
+Measure with ``pytest tests/bench --benchmark-enable``.
 """
 
 from __future__ import annotations

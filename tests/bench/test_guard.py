@@ -54,7 +54,6 @@ def test_guard_passes_against_the_test_broker(kafka_bootstrap: str, tmp_path: Pa
     assert seconds < GUARD_BUDGET_S
 
 
-@pytest.mark.unit
 def test_guard_refuses_a_scenario_name() -> None:
     from click.testing import CliRunner
 

@@ -5,7 +5,7 @@ librdkafka's own threads and fetch stalls add noise. Here synthetic messages go 
 real ``Dispatcher`` → ``ThreadWorkers`` → ``RecordExecutor`` → ``SettlementBuffer``, the way the
 poll loop feeds them, so a change to that path can be A/B-measured in seconds:
 
-    pytest tests/benchmarks/test_pipeline_bench.py --benchmark-enable
+    pytest tests/bench/test_pipeline_bench.py --benchmark-enable
 
 Run as a plain test (the default), each case also checks that every record finished once and
 the partitions' safe cursors reached the end.
@@ -28,8 +28,6 @@ from keyshared.kafka.workers import ThreadWorkers
 from keyshared.metrics import ConsumerMetrics
 from keyshared.record import Record
 from keyshared.settings import ConsumerOptions
-
-pytestmark = pytest.mark.unit
 
 PARTITIONS = 3
 BATCH = 1000  # what the poll loop asks consume() for

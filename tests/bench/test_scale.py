@@ -24,7 +24,6 @@ from keyshared.core.assignment import plan_assignment
 from keyshared.core.slots import SlotMap, SlotRange
 
 
-@pytest.mark.unit
 def test_planner_figures_add_up() -> None:
     figures = measure_planner(10, events=20)
     assert figures.checked_plans == 1 + 20 + 20  # the first plan, warm-up and measured churn
@@ -37,7 +36,6 @@ def test_planner_figures_add_up() -> None:
     assert figures.assignment_bytes > 0
 
 
-@pytest.mark.unit
 def test_fragmentation_samples_count_ranges() -> None:
     samples = fragmentation(5, events=40, every=10)
     assert [events for events, _, _ in samples] == [10, 20, 30, 40]
@@ -46,7 +44,6 @@ def test_fragmentation_samples_count_ranges() -> None:
     assert samples == fragmentation(5, events=40, every=10)  # deterministic
 
 
-@pytest.mark.unit
 def test_check_assignment_refuses_a_gap_a_stranger_and_an_imbalance() -> None:
     live = ["a", "b"]
     check_assignment(plan_assignment(SlotMap(), live).assignment, live)

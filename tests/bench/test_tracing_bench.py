@@ -3,7 +3,7 @@
 Disabled by default (``--benchmark-disable`` in pyproject's addopts: each runs once as a test).
 Measure with::
 
-    pytest tests/benchmarks/test_tracing_bench.py --benchmark-enable -s
+    pytest tests/bench/test_tracing_bench.py --benchmark-enable -s
 
 The provider is the real SDK's with no exporter, so the figure is keyshared's wrapper plus the
 SDK's own span creation (which dominates); an exporter adds its own cost on top. Nothing here
@@ -19,8 +19,6 @@ from pytest_benchmark.fixture import BenchmarkFixture
 
 from keyshared.kafka.tracing import HandlerTracer
 from keyshared.record import Header, Record
-
-pytestmark = pytest.mark.unit
 
 TRACEPARENT = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

@@ -3,7 +3,7 @@
 Disabled by default (``--benchmark-disable`` in pyproject's addopts: each runs once as a test).
 Measure with::
 
-    pytest tests/benchmarks/test_window_bench.py --benchmark-enable -s
+    pytest tests/bench/test_window_bench.py --benchmark-enable -s
 
 Nothing here asserts a time. The memory figure is asserted to stay below 1 KiB per in-flight
 entry (the goal of issue 3): tracemalloc counts allocations exactly, so it is deterministic for

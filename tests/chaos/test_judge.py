@@ -12,8 +12,6 @@ from tests.chaos.plan import ChaosPlan, Fault
 from tests.chaos.result import ChaosResult
 from tests.kafka.support.journal import Event
 
-pytestmark = pytest.mark.unit
-
 S = 1_000_000_000  # one second in ns
 KEY = b"k"
 

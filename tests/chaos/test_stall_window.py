@@ -15,12 +15,8 @@ from __future__ import annotations
 from typing import Any
 from unittest import mock
 
-import pytest
-
 from keyshared.kafka.execution import RecordExecutor
 from tests.kafka.test_dispatcher import Bench
-
-pytestmark = pytest.mark.unit
 
 
 def test_a_member_that_stopped_being_live_after_the_check_does_not_start_the_handler() -> None:

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
 from coordinator.cursors import Cursor
 from coordinator.leases import LeaseInfo
 from coordinator.members import MemberInfo
 from coordinator.status import GroupStatus, RangeStatus
 from keyshared.core.slots import SlotRange
 from keyshared.ops.key_shared_view import key_shared_view
-
-pytestmark = pytest.mark.unit
 
 LOW, HIGH = SlotRange(0, 32767), SlotRange(32768, 65535)
 

@@ -7,8 +7,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import pytest
-
 from keyshared import Record
 from keyshared.cli.status import status
 from keyshared.dev.topics import TopicFactory
@@ -25,7 +23,6 @@ from tests.helpers import produce, wait_until
 # -- pure parts (no broker) --------------------------------------------------------------------
 
 
-@pytest.mark.unit
 def test_pending_ranges_skip_finished_offsets_recorded_in_the_metadata() -> None:
     from keyshared.core.offsets import encode_finished
 
@@ -39,7 +36,6 @@ def test_pending_ranges_skip_finished_offsets_recorded_in_the_metadata() -> None
     assert refined.pending == ((13, 13), (17, 17)) and refined.pending_count == 2
 
 
-@pytest.mark.unit
 def test_metadata_kinds_and_urls() -> None:
     assert classify_metadata(5, "")[0] == "empty"
     assert classify_metadata(5, "someone else's")[0] == "foreign"

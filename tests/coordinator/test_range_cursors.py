@@ -13,8 +13,6 @@ from keyshared.core.claims import PartitionClaims, StoredCursor
 from keyshared.core.offsets import decode_finished
 from keyshared.core.slots import SlotRange
 
-pytestmark = pytest.mark.unit
-
 LOW, HIGH = SlotRange(0, 32767), SlotRange(32768, 65535)
 
 Written = list[tuple[SlotRange, int, str]] | None

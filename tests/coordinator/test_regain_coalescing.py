@@ -19,8 +19,6 @@ from coordinator.modes.held_ranges import HeldRanges
 from coordinator.modes.key_shared import KeySharedMember
 from keyshared.core.slots import SlotRange
 
-pytestmark = pytest.mark.unit
-
 RANGES = [SlotRange(0, 99), SlotRange(100, 199), SlotRange(200, 299)]
 
 

@@ -14,15 +14,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
-
 from coordinator.errors import CoordinatorError, Fenced
 from coordinator.modes.handback import HandBack
 from coordinator.modes.held_ranges import HeldRanges
 from coordinator.modes.key_shared import KeySharedMember
 from keyshared.core.slots import SlotRange
-
-pytestmark = pytest.mark.unit
 
 RANGE = SlotRange(0, 99)
 

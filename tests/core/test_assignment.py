@@ -17,8 +17,6 @@ from keyshared.core import assignment as assignment_module
 from keyshared.core.assignment import Plan, plan_assignment
 from keyshared.core.slots import SLOT_COUNT, SlotMap, SlotOverlapError, SlotRange, split_evenly
 
-pytestmark = pytest.mark.unit
-
 NAMES = [f"m{i}" for i in range(12)]
 
 

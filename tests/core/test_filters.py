@@ -12,8 +12,6 @@ from hypothesis import strategies as st
 from keyshared.core import filters as filters_module
 from keyshared.core.filters import KeyFilter, glob_match
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("pattern", "key", "expected"),

@@ -6,8 +6,6 @@ import pytest
 
 from keyshared.core.health import Role, StuckPartition, liveness, readiness
 
-pytestmark = pytest.mark.unit
-
 
 def _ready(**overrides: object) -> tuple[bool, tuple[str, ...], dict[str, object]]:
     args: dict[str, object] = {

@@ -17,8 +17,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from keyshared.core.holding import Holding, HoldingError, Phase, Step
 
-pytestmark = pytest.mark.unit
-
 NAMES = ("p0", "p1", "lock")
 
 

@@ -13,8 +13,6 @@ from hypothesis import strategies as st
 from keyshared.core import hotkeys as hotkeys_module
 from keyshared.core.hotkeys import SpaceSaving
 
-pytestmark = pytest.mark.unit
-
 
 def test_exact_while_under_capacity() -> None:
     sketch = SpaceSaving(capacity=4)

@@ -24,8 +24,6 @@ from keyshared.core.offsets import (
 )
 from keyshared.core.runs import OffsetRuns
 
-pytestmark = pytest.mark.unit
-
 KAFKA_METADATA_LIMIT = 4096
 
 

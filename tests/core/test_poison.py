@@ -22,8 +22,6 @@ from keyshared.core.poison import (
     validate_policy_for_mode,
 )
 
-pytestmark = pytest.mark.unit
-
 NO_JITTER = RetryPolicy(max_attempts=10, initial_backoff=0.2, max_backoff=5.0, jitter=0.0)
 
 

@@ -14,8 +14,6 @@ from hypothesis import strategies as st
 from keyshared.core import ring as ring_module
 from keyshared.core.ring import EmptyRingError, WorkerRing
 
-pytestmark = pytest.mark.unit
-
 KEYS = [f"key-{index}".encode() for index in range(20_000)]
 
 

@@ -11,8 +11,6 @@ from hypothesis import strategies as st
 from keyshared.core import runs as runs_module
 from keyshared.core.runs import EMPTY_RUNS, OffsetRuns, RunCursor
 
-pytestmark = pytest.mark.unit
-
 offsets = st.sets(st.integers(0, 300), max_size=120)
 runs_lists = st.lists(st.tuples(st.integers(0, 300), st.integers(0, 40)), max_size=30).map(
     lambda pairs: [(start, start + length) for start, length in pairs]

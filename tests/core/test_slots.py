@@ -21,8 +21,6 @@ from keyshared.core.slots import (
     split_evenly,
 )
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("key", "digest_prefix", "slot"),

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from keyshared.core.split_keys import SplitKey, SplitKeyDetector
-
-pytestmark = pytest.mark.unit
 
 
 def test_sampling_mask_follows_the_bits() -> None:

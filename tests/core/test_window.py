@@ -7,8 +7,6 @@ import pytest
 from keyshared.core.runs import OffsetRuns
 from keyshared.core.window import CursorBlocker, Entry, InFlightWindow
 
-pytestmark = pytest.mark.unit
-
 
 def offsets(entries: list[Entry[str]]) -> list[int]:
     return [e.offset for e in entries]

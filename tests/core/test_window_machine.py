@@ -24,8 +24,6 @@ from hypothesis.stateful import (
 from keyshared.core.runs import OffsetRuns
 from keyshared.core.window import Entry, InFlightWindow
 
-pytestmark = pytest.mark.unit
-
 KEYS: list[bytes | None] = [None, b"a", b"b", b"c", b""]
 WORKERS = 3
 ALREADY_DONE_SPAN = 40

@@ -10,8 +10,6 @@ import pytest
 
 from keyshared.dev import kafka
 
-pytestmark = pytest.mark.unit
-
 # 0xF8.. encodes to a leading "-" in URL-safe base64; 0x00.. to a leading "A".
 _DASH_FIRST = uuid.UUID(bytes=b"\xf8" + bytes(15))
 _PLAIN = uuid.UUID(bytes=bytes(16))

@@ -11,8 +11,6 @@ from keyshared.dev import image
 from keyshared.dev.errors import ImageBuildError
 from keyshared.dev.jars import jars_dir_for_pom, pinned_versions
 
-pytestmark = pytest.mark.unit
-
 
 def test_the_tag_names_the_kafka_version_and_the_pom_hash(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(image.IMAGE_ENV, raising=False)

@@ -184,7 +184,6 @@ def test_failed_start_leaves_nothing_running(tmp_path: Path) -> None:
     assert state["kafka"]["pid"] is None and state["zookeeper"]["pid"] is None
 
 
-@pytest.mark.unit
 def test_corrupt_state_file_is_reported_and_cleared_by_down(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path)
     cluster.state_file.write_text("{not json")
@@ -194,7 +193,6 @@ def test_corrupt_state_file_is_reported_and_cleared_by_down(tmp_path: Path) -> N
     assert not cluster.state_file.exists()
 
 
-@pytest.mark.unit
 def test_missing_java_names_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -208,7 +206,6 @@ def test_missing_java_names_what_to_install(
         tools.find_java.cache_clear()
 
 
-@pytest.mark.unit
 def test_missing_maven_names_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,9 +11,8 @@ import pytest
 
 from keyshared.dev import process
 
-pytestmark = pytest.mark.unit
 
-
+@pytest.mark.integration  # starts a child process
 @pytest.mark.skipif(shutil.which("sleep") is None, reason="needs /bin/sleep")
 def test_a_child_not_yet_carrying_its_marker_is_still_running(tmp_path: Path) -> None:
     """The marker is not yet one of the child's arguments (as between fork and exec, which a

@@ -13,15 +13,11 @@ import time
 import uuid
 from typing import Any
 
-import pytest
-
 from keyshared.core.window import Entry
 from keyshared.kafka.partition import PartitionState
 from keyshared.kafka.settlement import LoopSettlement
 from keyshared.kafka.workers import AsyncRunner
 from keyshared.metrics import ConsumerMetrics
-
-pytestmark = pytest.mark.unit
 
 
 class Probe:

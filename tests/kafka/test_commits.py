@@ -23,8 +23,6 @@ from keyshared.kafka.partition import PartitionState
 from keyshared.metrics import ConsumerMetrics
 from tests.kafka.support.fake_consumer import FakeConsumer
 
-pytestmark = pytest.mark.unit
-
 
 class Desk:
     """One committer over one partition of a scripted consumer."""

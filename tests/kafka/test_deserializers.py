@@ -16,8 +16,6 @@ from confluent_kafka.serialization import (
 import keyshared
 from keyshared.kafka.deserializers import decoder
 
-pytestmark = pytest.mark.unit
-
 HEADERS = [("__value_schema_id", b"\x01"), ("trace", b"t")]
 
 

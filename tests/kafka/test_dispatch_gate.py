@@ -11,8 +11,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import pytest
-
 from coordinator.modes.key_shared_stragglers import FencedKeys
 from keyshared.core.window import Entry
 from keyshared.kafka.dispatcher import Dispatcher, Work
@@ -20,8 +18,6 @@ from keyshared.kafka.partition import PartitionState
 from keyshared.metrics import ConsumerMetrics
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import records
-
-pytestmark = pytest.mark.unit
 
 
 class Bench:

@@ -22,8 +22,6 @@ from keyshared.metrics import ConsumerMetrics
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import FakeMessage, records
 
-pytestmark = pytest.mark.unit
-
 
 class Bench:
     """A dispatcher over one partition whose workers are ``self.submitted``."""

@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -36,8 +35,6 @@ from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.metrics import ConsumerMetrics
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import FakeMessage
-
-pytestmark = pytest.mark.unit
 
 KEYS = [b"a", b"b", b"c", None]
 

@@ -128,7 +128,6 @@ def test_a_member_without_partitions_is_joined_and_ready(
             assert probe(first, "/readyz")[1]["partitions"] == 1
 
 
-@pytest.mark.unit
 def test_probes_without_a_source_are_404() -> None:
     import json
     import urllib.error

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.kafka.support.journal import Event, check
-
-pytestmark = pytest.mark.unit
 
 
 def test_a_call_started_between_recording_the_kill_and_the_kill_ends_with_the_victim() -> None:

@@ -11,8 +11,6 @@ from confluent_kafka import KafkaError
 
 from keyshared.kafka.keystate import KeyStateStore
 
-pytestmark = pytest.mark.unit
-
 SECRET = b"alice@example.com"
 
 

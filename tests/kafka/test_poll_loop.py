@@ -11,7 +11,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from confluent_kafka import KafkaError
 
 from keyshared.kafka.partition import Phase
@@ -20,8 +19,6 @@ from keyshared.kafka.settlement import SettlementBuffer
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import records
 from tests.kafka.support.loop_harness import LoopHarness
-
-pytestmark = pytest.mark.unit
 
 T0, T1 = ("t", 0), ("t", 1)
 

@@ -47,6 +47,7 @@ def _cli(
     )
 
 
+@pytest.mark.integration  # runs `keyshared run` as a process
 def test_help_explains_the_command() -> None:
     result = _cli("run", "--help")
     assert result.returncode == 0, result.stderr
@@ -75,6 +76,7 @@ def test_help_explains_the_command() -> None:
         assert expected in text, f"--help does not mention {expected}"
 
 
+@pytest.mark.integration  # runs `keyshared run` as a process
 def test_usage_errors_are_clear() -> None:
     missing = _cli("run", HANDLER, "-b", "127.0.0.1:9", "-t", "t")
     assert missing.returncode == 2 and "--group" in missing.stderr
@@ -274,6 +276,7 @@ def test_second_sigterm_exits_at_once_without_committing_past_a_running_record(
     assert offset <= slow_offset, "committed past a record that never finished"
 
 
+@pytest.mark.integration  # runs `keyshared run` as a process
 def test_sigterm_during_startup_exits_cleanly(tmp_path: Path) -> None:
     """A SIGTERM that arrives while the handler module is still being imported (before the
     consumer exists) is a clean stop, not a death by signal (issue 10, item 7)."""

@@ -11,14 +11,10 @@ import time
 import uuid
 from typing import Any
 
-import pytest
-
 from keyshared.core.window import Entry
 from keyshared.kafka.partition import PartitionState
 from keyshared.kafka.settlement import SettlementBuffer, account
 from keyshared.metrics import ConsumerMetrics
-
-pytestmark = pytest.mark.unit
 
 
 class FakeFinish:

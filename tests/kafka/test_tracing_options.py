@@ -11,8 +11,6 @@ from opentelemetry.sdk.trace import TracerProvider
 import keyshared
 from keyshared.kafka.tracing import HandlerTracer, handler_tracer
 
-pytestmark = pytest.mark.unit
-
 CONFIG = {"bootstrap.servers": "127.0.0.1:9", "group.id": "g"}
 
 

@@ -21,8 +21,6 @@ from keyshared.kafka.partition import PartitionState
 from keyshared.kafka.transactions import TransactionalCommitter
 from keyshared.metrics import ConsumerMetrics
 
-pytestmark = pytest.mark.unit
-
 
 class FakeProducer:
     instances: list[FakeProducer] = []

@@ -23,8 +23,6 @@ from keyshared.metrics.families import (
     PARTITION_FAMILIES,
 )
 
-pytestmark = pytest.mark.unit
-
 ALL_FAMILIES = (*PARTITION_FAMILIES, *CONSUMER_FAMILIES, *COORDINATOR_FAMILIES)
 
 

@@ -65,20 +65,17 @@ def _generator() -> object:
     return module
 
 
-@pytest.mark.unit
 def test_checked_in_dashboard_matches_its_generator() -> None:
     render = _generator().render  # type: ignore[attr-defined]
     assert DEFAULT_DASHBOARD.read_text() == render(), "run: python grafana/dashboard.py"
 
 
-@pytest.mark.unit
 def test_alert_rules_read_only_exported_series() -> None:
     names = metric_names(ALERTS.read_text())
     assert len(names) > 10
     assert names <= exported_names(), names - exported_names()
 
 
-@pytest.mark.unit
 def test_every_panel_has_a_query_on_keyshared_metrics() -> None:
     queries = dashboard_queries()
     assert len(queries) > 30
@@ -86,6 +83,7 @@ def test_every_panel_has_a_query_on_keyshared_metrics() -> None:
         assert metric_names(q.expr), f"{q.panel} [{q.ref_id}] reads no keyshared_ series"
 
 
+@pytest.mark.integration  # runs Prometheus
 @needs_prometheus
 def test_dashboard_queries_on_a_synthetic_exporter(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"

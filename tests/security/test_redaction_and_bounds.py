@@ -21,8 +21,6 @@ from keyshared.kafka.execution import _bounded_traceback
 from keyshared.kafka.hotkeys_view import render_key
 from keyshared.metrics import start_metrics_server
 
-pytestmark = pytest.mark.unit
-
 CARD = "4111111111111111"
 
 

@@ -24,7 +24,6 @@ PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
-@pytest.mark.unit
 def test_sasl_credentials_become_a_jaas_line() -> None:
     options = java_kafka_options({
         "security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512",
@@ -40,7 +39,6 @@ def test_sasl_credentials_become_a_jaas_line() -> None:
     assert plain["sasl.jaas.config"] == f'{PLAIN} required username="u" password="p";'
 
 
-@pytest.mark.unit
 def test_ca_file_and_explicit_jaas_and_librdkafka_only_names() -> None:
     options = java_kafka_options({
         "ssl.ca.location": "/etc/ca.pem", "ssl.endpoint.identification.algorithm": "none",
@@ -54,7 +52,6 @@ def test_ca_file_and_explicit_jaas_and_librdkafka_only_names() -> None:
     }
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize(
     ("config", "option"),
     [

@@ -108,7 +108,6 @@ def _source_records(spark: Any, bootstrap: str, topic: str) -> list[Any]:
     return read_all(bootstrap, topic, 3)
 
 
-@pytest.mark.unit
 def test_positions_and_filters_parse_or_name_the_option(tmp_path: Path) -> None:
     assert parse_position("1200", "earliest").value == 1200
     assert parse_position(None, "latest").kind == "latest"

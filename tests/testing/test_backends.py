@@ -7,8 +7,6 @@ import pytest
 import keyshared.testing as testing
 from keyshared.dev import BOOTSTRAP_ENV, ZOOKEEPER_ENV
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(autouse=True)
 def _no_external(monkeypatch: pytest.MonkeyPatch) -> None:
