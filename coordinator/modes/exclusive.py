@@ -21,6 +21,14 @@ active are picked up at its next activation.
   back to standby: a new candidacy once the session is renewed. Handlers that were running go
   on until they finish; a renewed candidacy that wins starts only after they have.
 - **records** carry the lock's token (its sequence number, larger for every later holder).
+- **Kafka silent** past ``session.timeout.ms`` (cut off from Kafka, not ZooKeeper): the lock
+  would stand while the member reads nothing, and every standby would wait for as long as the
+  cut lasts. A standby leaves the queue then, and queues again once Kafka answers. The active
+  member gives the role up, like a lost activity (nothing can be committed: Kafka does not
+  answer; the lock goes once its running handlers end), but only a grace period later and only
+  if a standby is queued, that is, reaches Kafka: when Kafka is away for everyone (a broker
+  restart on a one-broker cluster), the standbys have left the queue by then and the active
+  member keeps the role, instead of a failover that would redo all it finished uncommitted.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from kazoo.exceptions import KazooException
 from coordinator.errors import AcquireCancelled
 from coordinator.exclusive import ExclusiveLock
 from coordinator.modes.handback import HandBack, gone
+from coordinator.modes.kafka_liveness import KafkaLiveness, RoleWithdrawal
 from coordinator.modes.session_gate import SessionGate
 from keyshared.core.health import Role
 from keyshared.errors import ConfigurationError, KeySharedError
@@ -122,8 +131,10 @@ class ExclusiveMember:
         self._ready: _Candidacy | None = None  # won, waiting for fenced stragglers to finish
         self._assigned: list[TP] = []
         self._states: list[PartitionState] = []  # of the activity: the lock waits for them
-        self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._stand_by)
+        self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._renewed)
         self._hand_back = HandBack(context.dispatcher, self._gate.connected)
+        self._kafka = KafkaLiveness(context.kafka_config, context.topics)
+        self._aside = RoleWithdrawal(self._kafka, self._me, self._group, self._standby_queued)
         self._closing = False
 
     @property
@@ -147,10 +158,14 @@ class ExclusiveMember:
             consumer, self._ctx.metrics, self._ctx.dispatcher.lock, lambda tp: events.states.get(tp)
         )
         self._gate.start()
+        self._kafka.start()
         self._stand_by()
 
     def tick(self) -> None:
-        """Activate a won candidacy once the handlers of a fenced activity have finished."""
+        """Step aside while Kafka is silent, and back once it answers; activate a won
+        candidacy once the handlers of a fenced activity have finished."""
+        if not self._closing and self._gate.connected() and not self._gate.lost:
+            self._aside.check(bool(self._assigned), self._step_aside, self._stand_by)
         self._hand_back.tick()
         if self._ready is not None and not self._hand_back.busy(_ACTIVE):
             ready, self._ready = self._ready, None
@@ -167,6 +182,7 @@ class ExclusiveMember:
             candidacy.lock.cancel()
             self._hand_back.add(_ACTIVE, candidacy.give_up, self._states)
         self._gate.stop()
+        self._kafka.stop()
         self._hand_back.leave(self._zk.close)
 
     # -- becoming active -------------------------------------------------------------------------
@@ -178,6 +194,35 @@ class ExclusiveMember:
         lock = self._zk.exclusive(self._group, self._me)
         self._candidacy = _Candidacy(lock, self._ctx.inbox.post, self._activate)
         log.info("%s is a standby of exclusive group %s", self._me, self._group)
+
+    def _renewed(self) -> None:
+        """A new session after an expiry: contend again, unless Kafka is silent (then the
+        Kafka check contends once it answers)."""
+        if not self._aside.withdrawn:
+            self._stand_by()
+
+    def _standby_queued(self) -> bool:
+        """Whether another member queues for the lock (so it reaches Kafka)."""
+        return len(self._zk.client.get_children(self._active_dir)) > 1
+
+    def _step_aside(self) -> None:
+        """Kafka is silent past ``session.timeout.ms``: give the active role, or the place in
+        the queue, up to a member that reaches Kafka. Like a lost activity, nothing is
+        committed (Kafka does not answer) and the lock stands until the running handlers end."""
+        candidacy, self._candidacy = self._candidacy, None
+        self._ready = None
+        if candidacy is None:
+            return
+        if not self._assigned:
+            candidacy.withdraw()  # a standby: out of the queue
+            return
+        partitions, states = list(self._assigned), self._states
+        self._require_events().lost(partitions)
+        self._assigned, self._states = [], []
+        with contextlib.suppress(KafkaException):
+            self._consumer.assign([])
+        candidacy.lock.cancel()
+        self._hand_back.add(_ACTIVE, candidacy.give_up, states)
 
     def _activate(self, candidacy: _Candidacy) -> None:
         """The lock is ours: read every partition from its committed offset, serially."""

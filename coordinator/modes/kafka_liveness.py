@@ -36,7 +36,7 @@ from kazoo.exceptions import KazooException
 
 from keyshared.kafka.client_config import client_properties
 
-__all__ = ["KafkaLiveness", "PlanWithdrawal"]
+__all__ = ["KafkaLiveness", "PlanWithdrawal", "RoleWithdrawal"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,8 @@ _quiet.propagate = False
 _PROBE_EVERY_S = 1.0
 _PROBE_TIMEOUT_S = 2.0
 _DEFAULT_SESSION_TIMEOUT_MS = 45_000  # librdkafka's default session.timeout.ms
+_ACTIVE_GRACE_S = 5.0  # beyond session.timeout.ms: standbys that lost Kafka too leave first
+_QUEUE_LOOK_EVERY_S = 1.0  # how often a silent active member looks for a queued standby
 
 
 class KafkaLiveness:
@@ -113,16 +115,17 @@ class KafkaLiveness:
 
 
 class PlanWithdrawal:
-    """Leave the plan while Kafka is silent past ``session.timeout.ms``, and come back once it
-    answers. Leaving is the ordinary path: the leader plans without the member, and its ranges
-    are drained, their cursors written (to ZooKeeper, which it still reaches) and their leases
-    released."""
+    """Give the work up while Kafka is silent past ``session.timeout.ms``, and come back once
+    it answers. In ``key_shared`` leaving is the ordinary path: the leader plans without the
+    member, and its ranges are drained, their cursors written (to ZooKeeper, which it still
+    reaches) and their leases released. In ``exclusive`` mode the member gives up the active
+    role, or its place in the queue for it, and contends again once Kafka answers."""
 
     def __init__(self, liveness: KafkaLiveness, member: str, group: str) -> None:
         self._kafka = liveness
         self._member = member
         self._group = group
-        self.withdrawn = False  # out of the plan while Kafka is silent
+        self.withdrawn = False  # out of the plan (or the queue) while Kafka is silent
 
     def check(self, leave: Callable[[], None], rejoin: Callable[[], None]) -> None:
         """Poll thread, from the member's tick (only while ZooKeeper is connected)."""
@@ -130,8 +133,8 @@ class PlanWithdrawal:
         try:
             if not self.withdrawn and kafka.silent_for() > kafka.bound:
                 log.warning(
-                    "member %s: Kafka silent for %.1fs (session.timeout.ms %gs): leaving the "
-                    "plan of %s so that its ranges move on; back when Kafka answers",
+                    "member %s: Kafka silent for %.1fs (session.timeout.ms %gs): giving up its "
+                    "work in %s so that it moves on; back when Kafka answers",
                     self._member, kafka.silent_for(), kafka.bound, self._group,
                 )  # fmt: skip
                 leave()
@@ -144,3 +147,58 @@ class PlanWithdrawal:
             log.warning(
                 "member %s: leaving or rejoining the plan failed (%r); retrying", self._member, exc
             )
+
+
+class RoleWithdrawal:
+    """``exclusive`` mode's way of giving its work up while Kafka is silent.
+
+    A standby leaves the queue for the lock past ``session.timeout.ms``, and queues again once
+    Kafka answers. The active member gives the role up only a grace period later, and only if
+    a standby is queued, that is, reaches Kafka. When Kafka is away for everyone (the one
+    broker restarting), the standbys have left the queue by then and the active member keeps
+    the role: a failover then would only redo everything it finished and could not commit.
+
+    :param standby_queued: whether another member queues for the lock (ZooKeeper; may raise).
+    """
+
+    def __init__(
+        self, liveness: KafkaLiveness, member: str, group: str, standby_queued: Callable[[], bool]
+    ) -> None:
+        self._kafka = liveness
+        self._member = member
+        self._group = group
+        self._standby_queued = standby_queued
+        self._next_look = 0.0
+        self.withdrawn = False  # out of the queue, or of the role, while Kafka is silent
+
+    def check(self, active: bool, leave: Callable[[], None], rejoin: Callable[[], None]) -> None:
+        """Poll thread, from the member's tick (only while ZooKeeper is connected)."""
+        kafka = self._kafka
+        if self.withdrawn:
+            if kafka.answering():
+                log.info(
+                    "member %s: Kafka answers again: contending in %s", self._member, self._group
+                )
+                self.withdrawn = False
+                rejoin()
+            return
+        silent = kafka.silent_for()
+        if silent <= kafka.bound or (active and not self._handover_possible(silent)):
+            return
+        log.warning(
+            "member %s: Kafka silent for %.1fs (session.timeout.ms %gs): giving up %s in %s so "
+            "that a member that reaches Kafka takes over; back when Kafka answers",
+            self._member, silent, kafka.bound, "the active role" if active else "its place",
+            self._group,
+        )  # fmt: skip
+        self.withdrawn = True
+        leave()
+
+    def _handover_possible(self, silent: float) -> bool:
+        if silent <= self._kafka.bound + _ACTIVE_GRACE_S or time.monotonic() < self._next_look:
+            return False
+        self._next_look = time.monotonic() + _QUEUE_LOOK_EVERY_S
+        try:
+            return self._standby_queued()
+        except KazooException:
+            return False  # ZooKeeper cannot tell: keep the role, look again

@@ -167,3 +167,35 @@ def test_a_leader_cut_off_in_the_middle_of_its_low_watermark_pass_still_gives_it
     print(f"\nA's keys moved to B {bound:.1f} s after the blackhole in its pass")
     assert bound < BOUND_S
     _heal_and_check(servers, name, a, b, seq + 2)
+
+
+@pytest.mark.parametrize("fault", ["cut", "blackhole"])
+def test_an_active_exclusive_member_cut_off_from_kafka_hands_the_role_to_a_standby(
+    servers: Partitioned,
+    topic: object,
+    start: StartMember,
+    fault: str,
+) -> None:
+    """``exclusive``: the active member's lock would stand while it reads nothing, and the
+    standby would wait for as long as the cut lasts (the whole group stalled). After the bound
+    the active member gives the role up; the standby takes over from the committed offsets."""
+    name = topic(2)  # type: ignore[operator]
+    group = unique_name("kafka-cut-exclusive")
+    a, b = Recorder(pid=1), Recorder(pid=2)
+    start(group, name, a, "a", bootstrap=servers.kafka_link.address, mode="exclusive")
+    _round(servers, name, 1)
+    _await_round([a], 1)  # A is the active member
+    start(group, name, b, "b", mode="exclusive")
+    with ZooKeeperCoordinator(servers.zookeeper, namespace=NAMESPACE).start() as admin:
+        contenders = admin.layout(group).active
+        wait_until(lambda: len(admin.client.get_children(contenders)) == 2, "B to queue", 30)
+
+    cut = time.monotonic_ns()
+    getattr(servers.kafka_link, fault)()
+    _round(servers, name, 2)
+    _await_round([a, b], 2)
+    taken_over = min(e.t for e in b.snapshot() if e.kind == "S" and e.seq == 2)
+    bound = (taken_over - cut) / 1e9
+    print(f"\nexclusive: B became active and ran round 2 {bound:.1f} s after the {fault}")
+    assert bound < BOUND_S
+    _heal_and_check(servers, name, a, b, 3)
