@@ -20,8 +20,9 @@ and collected by the leader.
 **The rules** (:func:`reconcile`, pure; every member applies them before it reads cursors):
 
 - Kafka's topic id differs from the record's: the topic was recreated. Every cursor of it is
-  of another incarnation; the record starts afresh (Kafka dropped the group's offsets with the
-  old topic, so reading starts where ``auto.offset.reset`` says).
+  of another incarnation; the record starts afresh. Kafka dropped the group's offsets with the
+  old topic, so every partition is read from its start (``initial_partitions`` 0: all of them
+  are new to the group, whatever ``auto.offset.reset`` says).
 - Kafka's committed offset of a partition is not one the group committed itself: someone else
   (an operator's reset, ``--delete-offsets``) moved it while the group was stopped. The
   partition's epoch goes up, so its cursors stop counting and its slots start at that offset.
@@ -151,9 +152,11 @@ def reconcile(
         )
         return fresh, [f"first record of the topic (id {topic_id})"]
     if record.topic_id != topic_id:
+        # Every partition of the new incarnation is new to the group: read from its start where
+        # nothing was committed, whatever auto.offset.reset says (as for added partitions).
         fresh = TopicRecord(
             topic_id,
-            initial_partitions=partitions,
+            initial_partitions=0,
             committed={p: (o,) for p, o in committed.items() if o >= 0},
             version=record.version,
         )

@@ -144,6 +144,11 @@ class ExclusiveMember:
 
     # -- Membership ------------------------------------------------------------------------------
 
+    def rewound(self, tp: tuple[str, int]) -> bool:
+        """Kafka's committed offsets are the cursors: the poll loop starts the partition again
+        where the fetch went back to (keyshared/kafka/rewinds.py)."""
+        return False
+
     def role(self) -> Role:
         """Active while it holds the lock and its partitions; a standby while it contends with a
         healthy session (ready: it takes over when the active member fails)."""

@@ -22,9 +22,8 @@ from coordinator.errors import CoordinatorError, Fenced
 from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease, RangeLeases
 from coordinator.modes.handback import HandBack
-from coordinator.modes.range_cursors import cursors_for
+from coordinator.modes.range_cursors import Progress, cursors_for
 from keyshared.core.claims import PartitionClaims
-from keyshared.core.runs import OffsetRuns
 from keyshared.core.slots import SlotRange
 
 if TYPE_CHECKING:
@@ -36,7 +35,6 @@ log = logging.getLogger(__name__)
 trace = logging.getLogger("keyshared.trace")  # cursor diagnostics, off unless set to DEBUG
 
 TP = tuple[str, int]
-Progress = tuple[TP, int, OffsetRuns, int]  # partition, safe cursor, finished above, seen end
 Piece = tuple[SlotRange, int, str]
 
 

@@ -41,7 +41,7 @@ from coordinator.modes.held_ranges import HeldRanges
 from coordinator.modes.kafka_liveness import KafkaLiveness, PlanWithdrawal
 from coordinator.modes.key_shared_stragglers import FencedKeys
 from coordinator.modes.lease_queue import LeaseQueue
-from coordinator.modes.range_cursors import partitions_of, token_lookup
+from coordinator.modes.range_cursors import partitions_of, token_lookup, window_progress
 from coordinator.modes.session_gate import SessionGate
 from coordinator.modes.topic_watch import TopicWatch
 from coordinator.modes.watermark_pass import LowWatermarkPass
@@ -49,6 +49,7 @@ from keyshared.core.admission import Admission
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.health import Role
 from keyshared.core.slots import SlotRange
+from keyshared.errors import KeySharedError
 from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import Accepts, MembershipEvents, PlugContext
 
@@ -115,6 +116,7 @@ class KeySharedMember:
         self._kafka = KafkaLiveness(context.kafka_config, context.topics)
         self._withdrawal = PlanWithdrawal(self._kafka, self._me, self._group)
         self._missing = False  # a wanted range could not be queued for: retried from tick
+        self._rereading = False  # a fetch went back: a re-read is on its way
 
     # -- Membership ------------------------------------------------------------------------------
 
@@ -157,6 +159,22 @@ class KeySharedMember:
             self._queue_again()
         if self._topics.changed() and not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # partitions added, or the topic recreated: read them all
+
+    def rewound(self, tp: TP) -> bool:
+        """The fetch went back (keyshared/kafka/rewinds.py): the claims describe the old log.
+        The topics are described again (a recreated one has a new id), then read again from
+        the cursors; what arrives until then is dropped (the re-read seeks)."""
+        if not self._rereading:
+            self._rereading = True
+            self._ctx.inbox.post(self._reread)
+        return True
+
+    def _reread(self, describe: bool = True) -> None:
+        if describe:  # mid-recreate it fails: TopicWatch.changed looks again
+            with contextlib.suppress(KeySharedError):
+                self._topics.describe()
+        if not self._gate.lost and not self._closing:
+            self._rebuild(drop=[])  # drains first: no record runs twice at once in this member
 
     def role(self) -> Role:
         """A member once the leader's first plan was applied (slot ranges or none)."""
@@ -204,18 +222,13 @@ class KeySharedMember:
         """Write each held range's cursor in every partition: one fenced transaction a range."""
         if not self._held or not states:
             return not self._held or not states
-        with self._dispatcher.lock:
-            progress = [
-                (s.tp, s.window.safe_cursor, s.window.finished_above_cursor(), s.window.seen_end)
-                for s in states
-                if s.window is not None
-            ]
+        progress = window_progress(states, self._dispatcher.lock)
         suspended = self._gate.suspended
         ok, fenced = self._held.write(progress, self._claims, force, suspended, self._reader.stamps)
         if fenced:
             # Someone else may hold those ranges now; what else is held is re-read from its
             # cursors once the current step (perhaps a drain) is over.
-            self._ctx.inbox.post(self._restart_after_fence)
+            self._ctx.inbox.post(lambda: self._reread(describe=False))
         self._flushed = self._flushed and ok
         return ok
 
@@ -307,15 +320,9 @@ class KeySharedMember:
         """Queue for every wanted range neither held nor queued; a failure is retried from
         ``tick``."""
         self._missing = False
-        if self._gate.lost or self._closing:
-            return
-        for slots in self._desired:
-            if slots not in self._held and slots not in self._queue:
-                try:
-                    self._queue.queue(slots, self._generation)
-                except Exception as exc:
-                    log.warning("range %s: queueing failed (%r); retrying", slots, exc)
-                    self._missing = True
+        if not self._gate.lost and not self._closing:
+            queued = self._queue.queue_missing(self._desired, self._held, self._generation)
+            self._missing = not queued
 
     def _assign_now(self) -> None:
         events = self._events
@@ -325,6 +332,7 @@ class KeySharedMember:
         # reads nothing and retries.
         self._held.write_pending(self._gate.suspended)
         self._regain_at = None  # every range held now is read below
+        self._rereading = False
         held = self._held.tokens()
         self._claims = {}
         if held:
@@ -355,10 +363,6 @@ class KeySharedMember:
         )
 
     # -- losing ranges without a drain --------------------------------------------------------
-
-    def _restart_after_fence(self) -> None:
-        if not self._gate.lost and not self._closing:
-            self._rebuild(drop=[])  # drains first: no record runs twice at once in this member
 
     def _fence(self) -> None:
         """The session expired: every lease is gone. Drop all results, commit nothing."""

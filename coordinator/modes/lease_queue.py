@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from coordinator.errors import AcquireCancelled, Fenced
 from coordinator.leases import Lease, PendingLease, RangeLeases
@@ -96,6 +96,21 @@ class LeaseQueue:
             lambda lease: self._granted(slots, pending, lease, time.monotonic() - queued_at),
             lambda: self._again(slots, pending, generation),
         )
+
+    def queue_missing(
+        self, wanted: tuple[SlotRange, ...], held: Container[SlotRange], generation: int
+    ) -> bool:
+        """Queue for every ``wanted`` range neither ``held`` nor queued. False when a queueing
+        failed (ZooKeeper away): the caller tries again later."""
+        queued = True
+        for slots in wanted:
+            if slots not in held and slots not in self._pending:
+                try:
+                    self.queue(slots, generation)
+                except Exception as exc:
+                    log.warning("range %s: queueing failed (%r); retrying", slots, exc)
+                    queued = False
+        return queued
 
     def keep_only(self, wanted: tuple[SlotRange, ...]) -> None:
         """Withdraw every acquisition of a range no longer wanted."""

@@ -132,6 +132,11 @@ class PartitionLeaseMember(PartitionReleases):
             "partition mode with leases: member %s of %s", self._ctx.member_id, self._ctx.group
         )
 
+    def rewound(self, tp: tuple[str, int]) -> bool:
+        """Kafka's committed offsets are the cursors: the poll loop starts the partition again
+        where the fetch went back to (keyshared/kafka/rewinds.py)."""
+        return False
+
     def role(self) -> Role:
         """A member once the Kafka group's first assignment arrived, unless the session wavers."""
         return self._gate.role(joined=self._generation > 0)

@@ -162,6 +162,7 @@ class LowWatermarkPass:
         todo = [tp for tp in offsets if committed.get((tp.topic, tp.partition)) != tp.offset]
         allowed: list[TopicPartition] = []
         try:
+            todo = self._within_logs(todo)
             for topic in sorted({tp.topic for tp in todo}):
                 mine = {tp.partition: tp.offset for tp in todo if tp.topic == topic}
                 held = {p: committed.get((topic, p), -1) for p in mine}
@@ -195,6 +196,27 @@ class LowWatermarkPass:
                 raise KafkaException(tp.error)
             offsets[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
         return offsets
+
+    def _within_logs(self, offsets: list[TopicPartition]) -> list[TopicPartition]:
+        """``offsets`` without those above their partition's end: a cursor of an older
+        incarnation of the topic, read before this member saw it recreated. Committed, it
+        would be where the group starts reading the new topic (issue 24, defect 1)."""
+        kept = []
+        for tp in offsets:
+            _low, high = self._kafka().get_watermark_offsets(
+                TopicPartition(tp.topic, tp.partition), timeout=PASS_TIMEOUT_S, cached=False
+            )
+            if tp.offset <= high:
+                kept.append(tp)
+            else:
+                log.warning(
+                    "not committing %s[%d]@%d: the partition ends at %d (topic recreated?)",
+                    tp.topic,
+                    tp.partition,
+                    tp.offset,
+                    high,
+                )
+        return kept
 
     def _commit(self, offsets: list[TopicPartition]) -> None:
         for tp in self._kafka().commit(offsets=offsets, asynchronous=False) or []:

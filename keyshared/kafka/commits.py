@@ -66,7 +66,7 @@ class Committer:
             snapshot = [
                 (s, s.window.safe_cursor, s.window.finished_above_cursor())
                 for s in states
-                if s.window is not None
+                if s.window is not None and s.rewound_to is None  # the old log's: never
             ]
             if under_lock is not None:
                 under_lock()

@@ -51,6 +51,10 @@ class KafkaGroupMembership:
     def leave(self) -> None:
         """Nothing to do: closing the consumer leaves the group."""
 
+    def rewound(self, tp: tuple[str, int]) -> bool:
+        """The group's committed offsets are the only cursor: the poll loop starts again."""
+        return False
+
     def role(self) -> Role:
         """A member once the group's first assignment arrived (possibly empty)."""
         return Role.MEMBER if self._joined else Role.JOINING

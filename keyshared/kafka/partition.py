@@ -113,6 +113,9 @@ class PartitionState:
     # previous fetch's position after a partition is assigned again at a lower offset, until
     # the new fetch delivers: that value proves nothing about offsets never delivered.
     stale_position: int | None = None
+    # Where the fetch went back to (a recreated topic, a truncated log): the window describes
+    # the old log, so nothing of it is committed until the partition starts again (rewinds.py).
+    rewound_to: int | None = None
     # -- set once at assignment, read by workers
     fencing: Callable[[bytes | None, int], int | None] | None = None  # (key, offset) -> token
     # -- dispatcher lock

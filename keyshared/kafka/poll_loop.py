@@ -28,6 +28,7 @@ from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.kafka.positions import note_stale_positions, observe_positions
+from keyshared.kafka.rewinds import Rewinds
 from keyshared.kafka.sampling import LoopSampler
 from keyshared.kafka.seams import CursorStore, Membership, PollInbox
 from keyshared.metrics import ConsumerMetrics
@@ -77,6 +78,7 @@ class PollLoop:
         self.inbox = inbox if inbox is not None else PollInbox()  # empty is falsy
         self.states: dict[TP, PartitionState] = {}
         self._backpressure = Backpressure(consumer, metrics)
+        self._rewinds = Rewinds(consumer, dispatcher.lock)
         self._sampler = LoopSampler(consumer, dispatcher, metrics, options, worker_depths)
         # For the health probes (read from the endpoint's thread; each is replaced whole):
         # when the loop last went round, and each partition's oldest unfinished record as of
@@ -134,6 +136,8 @@ class PollLoop:
             if self.inbox:
                 self.inbox.run_pending()
             self._membership.tick()
+            if self._rewinds:
+                self._backpressure.forget(self._rewinds.retry(self.states))
             self._backpressure.apply(self.states, self._dispatcher.lock)
             self._nudge_workers()
             now = self.last_iteration = time.monotonic()
@@ -155,8 +159,20 @@ class PollLoop:
             by_partition[(msg.topic(), msg.partition())].append(msg)
         for tp, batch in by_partition.items():
             state = self.states.get(tp)
-            if state is not None:
-                self._dispatcher.admit(state, batch)
+            if state is None:
+                continue
+            if self._rewinds.went_back(state, batch[0].offset()):
+                self._went_back(state, batch[0].offset())
+                continue
+            self._dispatcher.admit(state, batch)
+
+    def _went_back(self, state: PartitionState, first: int) -> None:
+        """The fetch went below what the window took in (rewinds.py): the membership re-reads
+        the partition itself, or it starts again at ``first`` once its old records ended."""
+        if state.rewound_to is not None:
+            return  # already waiting to start again; went_back kept the lowest offset
+        if not self._membership.rewound(state.tp):
+            self._rewinds.start(state, first)
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:

@@ -189,6 +189,13 @@ class Membership(Protocol):
 
     def leave(self) -> None: ...
 
+    def rewound(self, tp: tuple[str, int]) -> bool:
+        """The fetch of ``tp`` went back below what was read (a recreated topic, a truncated
+        log: keyshared/kafka/rewinds.py). True when the membership reads the partition again
+        itself (records delivered meanwhile are dropped); False: the poll loop starts it again
+        where the fetch went back to."""
+        ...
+
     def role(self) -> Role:
         """Where the member stands, for ``/readyz`` (joining, member, standby, fenced...)."""
         ...

@@ -30,6 +30,16 @@ def test_a_recreated_topic_drops_every_cursor_of_the_old_one() -> None:
     assert record.accepts(0, Incarnation("id2", 0))
 
 
+def test_every_partition_of_a_recreated_topic_is_read_from_its_start() -> None:
+    """Every partition of the new incarnation is new to the group: with nothing committed it
+    is read from its start, even with ``auto.offset.reset=latest`` (which would skip what was
+    produced to the new topic before a member saw it)."""
+    old, _ = reconcile(None, "id1", 3, {0: 10})
+    assert not old.added(0)
+    record, _ = reconcile(old, "id2", 3, {0: -1})
+    assert all(record.added(p) for p in range(3))
+
+
 def test_the_groups_own_commit_is_never_taken_for_a_reset() -> None:
     record = TopicRecord("id", committed={0: (10,)}, version=3)
     named = with_commit(record, {0: 20}, held={0: 10}, now=0.0)

@@ -72,7 +72,7 @@ def member(log: list[str], *writers: Writer) -> KeySharedMember:
         "_ctx": SimpleNamespace(topics=[]),
         "_generation": 1,
         "_desired": (),
-        "_queue": (),
+        "_queue": SimpleNamespace(queue_missing=lambda *args: True),
         "_dispatcher": SimpleNamespace(lock=_NoLock()),
     }
     for name, value in fields.items():

@@ -98,6 +98,7 @@ class FakeConsumer:
     assigned: set[TP] = field(default_factory=set)
     paused: set[TP] = field(default_factory=set)
     watermark_queries: list[TP] = field(default_factory=list)  # uncached: sent to the broker
+    seeks: list[tuple[TP, int]] = field(default_factory=list)
     on_commit: Callable[[Any, list[TopicPartition]], None] | None = None
     closed: bool = False
     idle: threading.Event = field(default_factory=threading.Event)
@@ -240,6 +241,11 @@ class FakeConsumer:
         if not cached:
             self.watermark_queries.append((tp.topic, tp.partition))
         return 0, self.high_watermarks.get((tp.topic, tp.partition), -1001)
+
+    def seek(self, partition: TopicPartition) -> None:
+        tp = (partition.topic, partition.partition)
+        self.seeks.append((tp, partition.offset))
+        self.positions[tp] = partition.offset
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         self.paused.update((tp.topic, tp.partition) for tp in partitions)

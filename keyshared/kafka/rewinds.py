@@ -1,0 +1,119 @@
+"""A fetch that goes back: the partition's log is no longer the one its window read.
+
+librdkafka resets a partition's fetch position when the broker answers OFFSET_OUT_OF_RANGE:
+the topic was deleted and created again under the same name (a new log, from offset 0), or the
+log was truncated below the position (an unclean leader election), or retention passed it. A
+reset forward only skips offsets (the window lets its cursor pass them). A reset **back**
+delivers offsets below what the window has taken in: the window cannot take them (it admits in
+offset order), and its cursor describes the old log, so committing it would count records of
+the new log as done that never ran. Before this module the consumer stopped with "offset 0
+admitted out of order", and a ``key_shared`` member's last low-watermark commit then put the
+old log's offsets on the new topic (issue 24, defect 1's live case:
+``tests/coordinator/test_topic_lifecycle.py``, which recreates a topic under a running group).
+
+So the partition starts again where the fetch went back to, as if newly assigned with nothing
+committed:
+
+- from the moment the fetch goes back, nothing of the old window is committed
+  (:attr:`PartitionState.rewound_to` keeps the committer off it);
+- what the old window already took in still runs to its end (no record it holds is dropped),
+  while the partition is paused and what arrives meanwhile is dropped; once nothing of it runs,
+  the window is dropped and the consumer seeks to the lowest offset the fetch went back to;
+- a mode that reads from cursors of its own re-reads them instead (``key_shared``:
+  :meth:`keyshared.kafka.seams.Membership.rewound`), since its claims describe the old log too.
+
+Poll thread only, like the rest of the poll loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Mapping
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from keyshared.core.runs import EMPTY_RUNS
+from keyshared.kafka.kafka_consumer import KafkaConsumer
+from keyshared.kafka.partition import PartitionState
+
+__all__ = ["Rewinds"]
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+class Rewinds:
+    """The partitions whose fetch went back, until each starts again.
+
+    :param consumer: the poll loop's consumer (pause, seek, resume).
+    :param lock: the dispatcher's lock (guards ``running`` and the window).
+    """
+
+    def __init__(self, consumer: KafkaConsumer, lock: threading.Lock) -> None:
+        self._consumer = consumer
+        self._lock = lock
+        self._pending: dict[TP, PartitionState] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._pending)
+
+    def went_back(self, state: PartitionState, first: int) -> bool:
+        """Whether a batch starting at ``first`` goes back below what ``state``'s window took
+        in, or arrives while the partition waits to start again (then it is not admitted)."""
+        if state.rewound_to is not None:
+            state.rewound_to = min(state.rewound_to, first)
+            return True
+        window = state.window
+        return window is not None and first < window.seen_end
+
+    def start(self, state: PartitionState, first: int) -> None:
+        """The fetch of ``state`` went back to ``first``: pause it, commit none of it, and
+        start it again at ``first`` once the old window's records ended (:meth:`retry`)."""
+        window = state.window
+        log.warning(
+            "%s: the fetch went back from %s to %d (the topic was recreated, or its log "
+            "truncated): reading it again from %d once the %d record(s) still running there "
+            "end; nothing of the old position is committed",
+            state,
+            window.seen_end if window is not None else "?",
+            first,
+            first,
+            state.running,
+        )
+        state.rewound_to = first
+        self._pending[state.tp] = state
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self._consumer.pause([TopicPartition(*state.tp)])
+
+    def retry(self, states: Mapping[TP, PartitionState]) -> list[TP]:
+        """Start again every waiting partition whose old records ended; the partitions that
+        started (their pause is no longer the window's: the caller forgets it)."""
+        started: list[TP] = []
+        for tp, state in list(self._pending.items()):
+            if states.get(tp) is not state or state.rewound_to is None:
+                del self._pending[tp]  # revoked or lost meanwhile: nothing left to start
+                continue
+            with self._lock:
+                if state.running:
+                    continue
+                state.window = None
+                state.blocked.clear()
+                state.blocked_unordered.clear()
+            offset, state.rewound_to = state.rewound_to, None
+            state.committed, state.committed_metadata, state.commit_sent = None, "", None
+            state.already_done = EMPTY_RUNS
+            state.high_watermark = state.stale_position = None
+            del self._pending[tp]
+            try:
+                self._consumer.seek(TopicPartition(state.topic, state.partition, offset))
+            except KafkaException as exc:
+                # Not fetching yet: its position is where the fetch went back to anyway.
+                log.debug("%s: seek to %d failed: %s", state, offset, exc)
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self._consumer.resume([TopicPartition(*tp)])
+            log.info("%s: reading again from %d", state, offset)
+            started.append(tp)
+        return started

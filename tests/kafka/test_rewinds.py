@@ -1,0 +1,80 @@
+"""A fetch that goes back below what the window took in (keyshared/kafka/rewinds.py).
+
+No broker: the scripted consumer delivers offsets lower than those already delivered, as
+librdkafka does after an OFFSET_OUT_OF_RANGE reset (a recreated topic, a truncated log). The
+real-broker proof is ``tests/coordinator/test_topic_lifecycle.py`` (a topic recreated under a
+running consumer, in partition and ``key_shared`` mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from keyshared.settings import ConsumerOptions
+from tests.kafka.support.fake_consumer import records
+from tests.kafka.support.loop_harness import LoopHarness
+
+T0 = ("t", 0)
+
+
+def keyed(offsets: range) -> list[object]:
+    return records("t", 0, [(o, b"k%d" % o) for o in offsets])
+
+
+def _finish(h: LoopHarness, offsets: Iterable[int]) -> None:
+    for offset in offsets:
+        h.finish(offset)
+
+
+def _commits_of_t0(h: LoopHarness) -> list[int]:
+    return [o for call in h.fake.commits if not call.refused for t, p, o, _ in call.offsets]
+
+
+def test_a_fetch_that_goes_back_reads_the_partition_again_from_there() -> None:
+    """Before: the window raised "offset 0 admitted out of order" and the consumer stopped."""
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01))
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(range(0, 5)))
+    h.fake.then(lambda: _finish(h, range(5)))
+    h.fake.then_wait_for(lambda: h.committed(0) == 5)
+    h.fake.then_deliver(keyed(range(0, 3)))  # the new log, from its start
+    h.fake.then_wait_for(lambda: bool(h.fake.seeks))
+    h.fake.then_deliver(keyed(range(0, 3)))  # fetched again after the seek
+    h.fake.then_wait_for(lambda: len(h.submitted) == 3)
+    h.fake.then(lambda: _finish(h, range(3)))
+    h.fake.then(h.stop.set)
+    h.run()
+    assert h.fake.seeks == [(T0, 0)]
+    assert h.committed(0) == 3, "the partition was not read again from where the fetch went"
+    commits = _commits_of_t0(h)
+    assert commits[-1] == 3 and 5 not in commits[commits.index(3) :]
+
+
+def test_records_still_running_end_before_the_partition_starts_again() -> None:
+    """The old window's records run to their end (none dropped, no two calls of a key at
+    once), while nothing of it is committed and the partition stays paused."""
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01))
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(range(0, 5)))
+    h.fake.then(lambda: _finish(h, range(3)))  # 3 and 4 still run
+    h.fake.then_wait_for(lambda: h.committed(0) == 3)
+    h.fake.then_deliver(keyed(range(0, 2)))  # the fetch goes back
+    commits_before: list[int] = []
+    h.fake.then(lambda: commits_before.extend(_commits_of_t0(h)))
+    h.fake.then_wait_for(lambda: T0 in h.fake.paused)
+    seen_while_waiting: list[object] = []
+    h.fake.then(lambda: seen_while_waiting.append((list(h.fake.seeks), T0 in h.fake.paused)))
+    h.fake.then(lambda: _finish(h, (3, 4)))
+    h.fake.then_wait_for(lambda: bool(h.fake.seeks))
+    paused_after: list[bool] = []
+    h.fake.then(lambda: paused_after.append(T0 in h.fake.paused))
+    h.fake.then_deliver(keyed(range(0, 2)))
+    h.fake.then_wait_for(lambda: len(h.submitted) == 2)
+    h.fake.then(lambda: _finish(h, range(2)))
+    h.fake.then(h.stop.set)
+    h.run()
+    assert seen_while_waiting == [([], True)], "started again while records still ran"
+    assert paused_after == [False], "the partition stayed paused after it started again"
+    after = _commits_of_t0(h)[len(commits_before) :]
+    assert 5 not in after, "the old log's cursor was committed after the fetch went back"
+    assert h.committed(0) == 2
