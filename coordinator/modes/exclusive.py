@@ -244,13 +244,16 @@ class ExclusiveMember:
         try:
             partitions = _partitions_of(self._consumer, self._topics, timeout)
             starts = committer.starting_points(partitions, timeout)
-        except (KeySharedError, KafkaException) as exc:
-            log.error(
-                "%s won the active role but cannot read its topics: %s; stopping", self._me, exc
-            )
+        except ConfigurationError as exc:  # a topic is missing: no member can be active
+            log.error("%s won the active role but %s; stopping", self._me, exc)
             candidacy.withdraw()
             self._candidacy = None
             self._ctx.request_stop()
+            return
+        except (KeySharedError, KafkaException) as exc:
+            # Kafka did not answer in time (a rolling restart, a stale coordinator): another
+            # member may reach it. Stopping here left the group one member short for good.
+            self._give_up(candidacy, exc)
             return
         targets = []
         for tp in partitions:

@@ -3,6 +3,9 @@
 - ``exclusive``: the key-state read of an activation times out. The member held the lock and
   processed nothing, and every standby waited behind it for good; now it gives the lock up and
   stands by again.
+- ``exclusive``: Kafka does not answer the activation's read of the committed offsets in time
+  (a rolling restart, a stale coordinator). The member stopped itself, leaving the group one
+  member short; now it gives the lock up and stands by again (a missing topic still stops it).
 - partition leases: ``seek()`` raises at the grant (the fetcher had not started). The lease was
   neither used nor released; now the start is retried.
 """
@@ -16,6 +19,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from coordinator.modes import partition_leases
+from keyshared.kafka.commits import Committer
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.keystate.errors import KeyStateError
 from tests.coordinator.conftest import WAIT_S
@@ -47,6 +51,33 @@ def test_an_activation_whose_key_state_read_fails_gives_the_lock_up_and_tries_ag
     start(group, topic, lambda record: handled.set(), mode="exclusive", poison="block")
     assert handled.wait(WAIT_S * 2), "the member kept the lock after a failed activation"
     assert failed.is_set()
+
+
+def test_an_activation_whose_committed_offsets_read_times_out_gives_the_lock_up_and_tries_again(
+    start: StartMember,
+    new_topic: object,
+    new_group: object,
+    kafka_bootstrap: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = new_topic(1)  # type: ignore[operator]
+    group = new_group("activation-committed")  # type: ignore[operator]
+    produce(kafka_bootstrap, topic, [(b"k", 1)])
+    original = Committer.starting_points
+    failed = threading.Event()
+
+    def starting_points(self: Committer, *args: Any, **kwargs: Any) -> Any:
+        if not failed.is_set():
+            failed.set()
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected: no answer"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Committer, "starting_points", starting_points)
+    handled = threading.Event()
+    run = start(group, topic, lambda record: handled.set(), mode="exclusive")
+    assert handled.wait(WAIT_S * 2), "the member stopped after Kafka did not answer once"
+    assert failed.is_set()
+    assert run.error is None
 
 
 def test_a_grant_whose_seek_fails_is_started_again(
