@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import logging
 import os
@@ -288,6 +289,9 @@ def run(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    # A member that seems stuck: `kill -USR2 <pid>` prints every thread's stack to stderr
+    # (docs/operations.md), without stopping it.
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     fn = load_handler(handler)
     deserializers = [
         None if spec is None else load_handler(spec, hint)

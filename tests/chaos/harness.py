@@ -259,7 +259,11 @@ def _busy_member(members: Members, tail: JournalTail, timeout: float = 30.0) -> 
         if name in members.procs:
             return name
         time.sleep(0.1)
-    raise AssertionError(f"no live member journaled anything for {timeout}s")
+    members.dump_stacks()
+    raise AssertionError(
+        f"no live member journaled anything for {timeout}s (their threads' stacks are at the "
+        "end of their logs)"
+    )
 
 
 def _await_stopped(pid: int, timeout: float = 10.0) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import threading
@@ -113,6 +115,20 @@ class Members:
     def log(self, name: str) -> str:
         path = self.workdir / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def dump_stacks(self, timeout: float = 5.0) -> None:
+        """Make every live member print its threads' stacks to its log (``keyshared run``
+        dumps them on SIGUSR2), for a run that stalls; waits until each log shows them."""
+        before = {name: len(self.log(name)) for name in self.procs}
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + timeout
+        for name, size in before.items():
+            while "most recent call first" not in self.log(name)[size:]:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.05)
 
     def stop_all(self, timeout: float = 60.0) -> dict[str, int]:
         """SIGTERM every member, then wait: each drains and commits. Name -> exit code.
