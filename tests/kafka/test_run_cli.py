@@ -308,3 +308,40 @@ def test_sigterm_during_startup_exits_cleanly(tmp_path: Path) -> None:
     finally:
         kill_all([proc])
     assert proc.returncode == 0, f"exit {proc.returncode}: {stderr[-2000:]}"
+
+
+@pytest.mark.integration  # runs `keyshared run` as a process
+def test_sigusr2_prints_every_threads_stack_and_keeps_running(tmp_path: Path) -> None:
+    """A member that seems stuck can be asked where its threads are (docs/operations.md), and
+    it goes on: the stacks of a handler module still importing, then a clean stop."""
+    started, go = tmp_path / "importing", tmp_path / "go"
+    (tmp_path / "stuck_import_handler.py").write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(started)!r}).touch()\n"
+        f"while not pathlib.Path({str(go)!r}).exists():\n"
+        "    time.sleep(0.01)\n"
+        "def handle(record):\n"
+        "    pass\n"
+    )
+    args = ["run", "stuck_import_handler:handle", "-b", "127.0.0.1:9", "-g", "g", "-t", "t"]
+    stderr_path = tmp_path / "stderr"
+    with stderr_path.open("w") as stderr_file:
+        proc = subprocess.Popen(
+            [*_keyshared(), *args, "--startup-timeout", "30"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(tmp_path)])},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr_file,
+        )
+        try:
+            wait_for(started.exists, 60, "the handler module's import")
+            proc.send_signal(signal.SIGUSR2)
+            wait_for(lambda: "stuck_import_handler.py" in stderr_path.read_text(), 30, "the stacks")
+            assert proc.poll() is None, "SIGUSR2 stopped the process"
+            assert "most recent call first" in stderr_path.read_text()
+            proc.send_signal(signal.SIGTERM)
+            go.touch()
+            code = proc.wait(60)
+        finally:
+            kill_all([proc])
+    assert code == 0, f"exit {code}: {stderr_path.read_text()[-2000:]}"
