@@ -205,7 +205,7 @@ def _inject(
         members.start(members.slot_of(name))
         fault.t_recovered = time.monotonic_ns()
     elif fault.kind == "member_stall":
-        name = _busy_member(members, tail)
+        name = _busy_member(members, tail) or rng.choice(sorted(members.procs))
         proc = members.procs[name]
         fault.target, fault.pid = name, proc.pid
         os.kill(proc.pid, signal.SIGSTOP)
@@ -245,13 +245,18 @@ def _victim(
     """A random member; in exclusive mode the active one every other time, since killing a
     standby only tests the standby."""
     if plan.mode == "exclusive" and rng.random() < 0.5:
-        return _busy_member(members, tail)
+        busy = _busy_member(members, tail)
+        if busy is not None:
+            return busy
     return rng.choice(sorted(members.procs))
 
 
-def _busy_member(members: Members, tail: JournalTail, timeout: float = 30.0) -> str:
+def _busy_member(members: Members, tail: JournalTail, timeout: float = 60.0) -> str | None:
     """A live member that is running handlers (the last to journal), so that a stall catches
-    calls mid-way; in exclusive mode that is the active member."""
+    calls mid-way; in exclusive mode that is the active member. None when no live member
+    journaled for ``timeout`` (the convergence bound): the caller picks one at random, and the
+    judge reports the stretch as a convergence failure. Every live member's threads' stacks
+    then go to its log, to show where they wait."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         tail.poll()
@@ -259,11 +264,9 @@ def _busy_member(members: Members, tail: JournalTail, timeout: float = 30.0) -> 
         if name in members.procs:
             return name
         time.sleep(0.1)
+    print(f"no live member journaled anything for {timeout}s; their stacks are in their logs")
     members.dump_stacks()
-    raise AssertionError(
-        f"no live member journaled anything for {timeout}s (their threads' stacks are at the "
-        "end of their logs)"
-    )
+    return None
 
 
 def _await_stopped(pid: int, timeout: float = 10.0) -> None:
