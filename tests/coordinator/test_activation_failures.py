@@ -27,55 +27,62 @@ from tests.coordinator.members import StartMember
 from tests.kafka.support.journal import produce
 
 
-def test_an_activation_whose_key_state_read_fails_gives_the_lock_up_and_tries_again(
+def _fail_once(
+    monkeypatch: pytest.MonkeyPatch, owner: type, name: str, error: Exception
+) -> threading.Event:
+    """``owner.name`` raises ``error`` on its first call, then works; the event says it did."""
+    original = getattr(owner, name)
+    failed = threading.Event()
+
+    def patched(self: object, *args: Any, **kwargs: Any) -> Any:
+        if not failed.is_set():
+            failed.set()
+            raise error
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, patched)
+    return failed
+
+
+@pytest.mark.parametrize(
+    ("owner", "name", "error", "options"),
+    [
+        pytest.param(
+            KeyStateStore,
+            "load",
+            KeyStateError("injected: reading the key state timed out"),
+            {"poison": "block"},
+            id="key-state-read",
+        ),
+        pytest.param(
+            Committer,
+            "starting_points",
+            KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected: no answer")),
+            {},
+            id="committed-offsets-read",
+        ),
+    ],
+)
+def test_an_activation_that_fails_gives_the_lock_up_and_tries_again(
+    owner: type,
+    name: str,
+    error: Exception,
+    options: dict[str, Any],
     start: StartMember,
     new_topic: object,
     new_group: object,
     kafka_bootstrap: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Before: the key-state case held the lock processing nothing; the committed-offsets
+    case stopped the member."""
     topic = new_topic(1)  # type: ignore[operator]
-    group = new_group("activation-keystate")  # type: ignore[operator]
+    group = new_group("activation")  # type: ignore[operator]
     produce(kafka_bootstrap, topic, [(b"k", 1)])
-    original = KeyStateStore.load
-    failed = threading.Event()
-
-    def load(self: KeyStateStore, *args: Any, **kwargs: Any) -> Any:
-        if not failed.is_set():
-            failed.set()
-            raise KeyStateError("injected: reading the key state timed out")
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(KeyStateStore, "load", load)
+    failed = _fail_once(monkeypatch, owner, name, error)
     handled = threading.Event()
-    start(group, topic, lambda record: handled.set(), mode="exclusive", poison="block")
-    assert handled.wait(WAIT_S * 2), "the member kept the lock after a failed activation"
-    assert failed.is_set()
-
-
-def test_an_activation_whose_committed_offsets_read_times_out_gives_the_lock_up_and_tries_again(
-    start: StartMember,
-    new_topic: object,
-    new_group: object,
-    kafka_bootstrap: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    topic = new_topic(1)  # type: ignore[operator]
-    group = new_group("activation-committed")  # type: ignore[operator]
-    produce(kafka_bootstrap, topic, [(b"k", 1)])
-    original = Committer.starting_points
-    failed = threading.Event()
-
-    def starting_points(self: Committer, *args: Any, **kwargs: Any) -> Any:
-        if not failed.is_set():
-            failed.set()
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected: no answer"))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Committer, "starting_points", starting_points)
-    handled = threading.Event()
-    run = start(group, topic, lambda record: handled.set(), mode="exclusive")
-    assert handled.wait(WAIT_S * 2), "the member stopped after Kafka did not answer once"
+    run = start(group, topic, lambda record: handled.set(), mode="exclusive", **options)
+    assert handled.wait(WAIT_S * 2), "the member did not activate after a failed activation"
     assert failed.is_set()
     assert run.error is None
 

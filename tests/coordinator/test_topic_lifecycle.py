@@ -111,25 +111,6 @@ def test_partition_mode_reads_a_recreated_topic_from_its_start(
     assert not report.missing and not report.violations, report.summary()
 
 
-def test_partition_mode_reads_a_topic_recreated_while_it_runs(
-    start_plain: StartConsumer, new_topic: object, new_group: object, kafka_bootstrap: str
-) -> None:
-    """The fetch of a running consumer goes back to the new topic's start: the partition is
-    read again from there, never stopping the consumer or counting a record done unrun."""
-    topic = new_topic(3)  # type: ignore[operator]
-    group = new_group("pm-recreate-live")  # type: ignore[operator]
-    produce(kafka_bootstrap, topic, _records(50, 20))
-    journal = Recorder(pid=1)
-    run = start_plain(group, topic, journal)
-    _run_to(journal, 1000, "the first incarnation's 1,000 records")
-
-    _recreate(kafka_bootstrap, topic, 3)
-    produce(kafka_bootstrap, topic, _records(50, 10, first=21))
-    _await_or_error(run, lambda: journal.finished() >= 1500, "the recreated topic's 500 records")
-    report = check(journal.snapshot(), {f"k{k}".encode(): 30 for k in range(50)})
-    assert not report.missing and not report.violations, report.summary()
-
-
 def test_key_shared_reads_partitions_added_while_it_runs(
     start: StartMember,
     new_topic: object,
@@ -175,19 +156,28 @@ def test_key_shared_reads_partitions_added_while_it_runs(
     assert not report.missing and not report.violations, report.summary()
 
 
-def test_key_shared_reads_a_topic_recreated_while_it_runs(
-    new_topic: object, new_group: object, start: StartMember, kafka_bootstrap: str
+@pytest.mark.parametrize("mode", ["partition", "key_shared"])
+def test_a_topic_recreated_while_it_runs_is_read_again_from_its_start(
+    mode: str,
+    request: pytest.FixtureRequest,
+    new_topic: object,
+    new_group: object,
+    kafka_bootstrap: str,
 ) -> None:
-    """Defect 1's live case: the member's fetch resets to the new topic's start, below its
-    running claims; none of the new incarnation's records may count as done unrun. Failed
-    before keyshared/kafka/rewinds.py: the window refused the offsets ("admitted out of
-    order"), the member stopped, and its last low-watermark pass committed the old topic's
-    offsets to the new one (0 of 500 handled)."""
+    """Defect 1's live case: the fetch of a running consumer resets to the new topic's start,
+    below what it read; the partition is read again from there, and none of the new
+    incarnation's records counts as done unrun. Failed before keyshared/kafka/rewinds.py, in
+    both modes: the window refused the offsets ("admitted out of order") and the consumer
+    stopped; in key_shared its last low-watermark pass then committed the old topic's offsets
+    to the new one (0 of 500 handled)."""
     topic = new_topic(3)  # type: ignore[operator]
-    group = new_group("ks-recreate-live")  # type: ignore[operator]
+    group = new_group(f"{mode}-recreate-live")  # type: ignore[operator]
     produce(kafka_bootstrap, topic, _records(50, 20))
     journal = Recorder(pid=1)
-    run = start(group, topic, journal, member="A")
+    if mode == "key_shared":
+        run = request.getfixturevalue("start")(group, topic, journal, member="A")
+    else:
+        run = request.getfixturevalue("start_plain")(group, topic, journal)
     _run_to(journal, 1000, "the first incarnation's 1,000 records")
 
     _recreate(kafka_bootstrap, topic, 3)

@@ -276,12 +276,11 @@ def test_second_sigterm_exits_at_once_without_committing_past_a_running_record(
     assert offset <= slow_offset, "committed past a record that never finished"
 
 
-@pytest.mark.integration  # runs `keyshared run` as a process
-def test_sigterm_during_startup_exits_cleanly(tmp_path: Path) -> None:
-    """A SIGTERM that arrives while the handler module is still being imported (before the
-    consumer exists) is a clean stop, not a death by signal (issue 10, item 7)."""
-    started, go = tmp_path / "importing", tmp_path / "go"
-    (tmp_path / "slow_import_handler.py").write_text(
+def _slow_import_handler(where: Path, module: str) -> tuple[Path, Path]:
+    """A handler module whose import touches the first path returned, then waits until the
+    second exists."""
+    started, go = where / "importing", where / "go"
+    (where / f"{module}.py").write_text(
         "import pathlib, time\n"
         f"pathlib.Path({str(started)!r}).touch()\n"
         f"while not pathlib.Path({str(go)!r}).exists():\n"
@@ -289,6 +288,14 @@ def test_sigterm_during_startup_exits_cleanly(tmp_path: Path) -> None:
         "def handle(record):\n"
         "    pass\n"
     )
+    return started, go
+
+
+@pytest.mark.integration  # runs `keyshared run` as a process
+def test_sigterm_during_startup_exits_cleanly(tmp_path: Path) -> None:
+    """A SIGTERM that arrives while the handler module is still being imported (before the
+    consumer exists) is a clean stop, not a death by signal (issue 10, item 7)."""
+    started, go = _slow_import_handler(tmp_path, "slow_import_handler")
     args = ["run", "slow_import_handler:handle", "-b", "127.0.0.1:9", "-g", "g", "-t", "t"]
     proc = subprocess.Popen(
         [*_keyshared(), *args, "--startup-timeout", "30"],
@@ -314,15 +321,7 @@ def test_sigterm_during_startup_exits_cleanly(tmp_path: Path) -> None:
 def test_sigusr2_prints_every_threads_stack_and_keeps_running(tmp_path: Path) -> None:
     """A member that seems stuck can be asked where its threads are (docs/operations.md), and
     it goes on: the stacks of a handler module still importing, then a clean stop."""
-    started, go = tmp_path / "importing", tmp_path / "go"
-    (tmp_path / "stuck_import_handler.py").write_text(
-        "import pathlib, time\n"
-        f"pathlib.Path({str(started)!r}).touch()\n"
-        f"while not pathlib.Path({str(go)!r}).exists():\n"
-        "    time.sleep(0.01)\n"
-        "def handle(record):\n"
-        "    pass\n"
-    )
+    started, go = _slow_import_handler(tmp_path, "stuck_import_handler")
     args = ["run", "stuck_import_handler:handle", "-b", "127.0.0.1:9", "-g", "g", "-t", "t"]
     stderr_path = tmp_path / "stderr"
     with stderr_path.open("w") as stderr_file:
