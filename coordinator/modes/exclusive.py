@@ -131,6 +131,7 @@ class ExclusiveMember:
         self._ready: _Candidacy | None = None  # won, waiting for fenced stragglers to finish
         self._assigned: list[TP] = []
         self._states: list[PartitionState] = []  # of the activity: the lock waits for them
+        self._starts: dict[TP, tuple[int | None, str]] = {}  # the activation's read
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._renewed)
         self._hand_back = HandBack(context.dispatcher, self._gate.connected)
         self._kafka = KafkaLiveness(context.kafka_config, context.topics)
@@ -261,6 +262,8 @@ class ExclusiveMember:
             targets.append(TopicPartition(*tp) if offset is None else TopicPartition(*tp, offset))
         self._consumer.assign(targets)
         self._assigned = partitions
+        # The windows start where the consumer was assigned, without a second round trip.
+        self._starts = starts
         try:
             events.assigned(list(partitions))
         except Exception as exc:  # e.g. the key-state read timed out
@@ -285,7 +288,7 @@ class ExclusiveMember:
         log.error("%s could not become active (%r); standing by again", self._me, exc)
         with contextlib.suppress(KafkaException):
             self._consumer.assign([])
-        self._assigned = []
+        self._assigned, self._starts = [], {}
         self._candidacy = None
         self._hand_back.add(_ACTIVE, candidacy.give_up)
         self._stand_by()
@@ -316,6 +319,9 @@ class ExclusiveMember:
     def starting_points(
         self, partitions: list[TP], timeout: float
     ) -> dict[TP, tuple[int | None, str]]:
+        starts, self._starts = self._starts, {}
+        if all(tp in starts for tp in partitions):  # read by the activation just now
+            return {tp: starts[tp] for tp in partitions}
         assert self._committer is not None
         return self._committer.starting_points(partitions, timeout)
 
