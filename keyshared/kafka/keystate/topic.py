@@ -30,6 +30,8 @@ _NOT_READY_YET = frozenset({
     KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
 })  # fmt: skip
+FRESH_CLIENT_AFTER_S = 2.0
+"""How long a client may keep answering "not yet" before a new client asks instead."""
 
 
 def ensure_topic(admin: AdminClient, topic: str, group: str, timeout: float, create: bool) -> None:
@@ -72,16 +74,24 @@ class TopicEnd:
     def __init__(self, topic: str, client: Mapping[str, Any]) -> None:
         self.topic = topic
         self._lock = threading.Lock()
-        self._watermarks = Consumer({**client, "group.id": f"{topic}.tail"})
+        self._config = {**client, "group.id": f"{topic}.tail"}
+        self._watermarks = Consumer(self._config)
 
     def offset(self, timeout: float) -> int:
         """The topic's end offset; retried while a just-created topic has no leader yet.
+
+        A client that keeps answering "not yet" for ``FRESH_CLIENT_AFTER_S`` is replaced by a
+        new one: after a rolling restart of every broker a long-lived client answered "Local:
+        Unknown partition" for the whole 30 s timeout while a client created after the restart
+        answered at once (docs/chaos.md, finding 26: an exclusive member's activation waited on
+        this, and the group on it).
 
         :raises KeyStateError: no answer within ``timeout``, or an error that is not transient.
         """
         tp = KafkaTopicPartition(self.topic, 0)
         deadline = time.monotonic() + timeout
         with self._lock:
+            failing_since: float | None = None
             while True:
                 remaining = max(deadline - time.monotonic(), 0.1)
                 try:
@@ -90,11 +100,27 @@ class TopicEnd:
                 except KafkaException as exc:
                     err = exc.args[0]
                     transient = err.retriable() or err.code() in _NOT_READY_YET
-                    if not transient or time.monotonic() >= deadline:
+                    now = time.monotonic()
+                    if not transient or now >= deadline:
                         raise KeyStateError(
                             f"cannot read the end of {self.topic!r}: {err}"
                         ) from exc
+                    if failing_since is None:
+                        failing_since = now
+                    elif now - failing_since >= FRESH_CLIENT_AFTER_S:
+                        self._renew(err)
+                        failing_since = now
                     time.sleep(0.1)
+
+    def _renew(self, err: KafkaError) -> None:
+        log.warning(
+            "%r still answers %s after %gs: asking through a new client",
+            self.topic,
+            err,
+            FRESH_CLIENT_AFTER_S,
+        )
+        old, self._watermarks = self._watermarks, Consumer(self._config)
+        old.close()
 
     def close(self) -> None:
         self._watermarks.close()
