@@ -51,6 +51,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "1,000/s; a 2-core machine running every member, the broker and ZooKeeper keeps up "
         "with about 400/s under a kill every 4-7 s). Also KS_CHAOS_RATE=N.",
     )
+    parser.addoption(
+        "--chaos-group-protocol",
+        choices=("classic", "consumer"),
+        default=None,
+        help="chaos tests: the members' group.protocol (default classic; consumer is KIP-848, "
+        "the broker assigns). Also KS_CHAOS_GROUP_PROTOCOL.",
+    )
+
+
+def chaos_group_protocol(config: pytest.Config) -> str | None:
+    """The members' ``group.protocol`` if asked for (default: each plan's, ``classic``)."""
+    protocol: str | None = config.getoption("--chaos-group-protocol")
+    return protocol or os.environ.get("KS_CHAOS_GROUP_PROTOCOL") or None
 
 
 def chaos_rate(config: pytest.Config) -> float | None:

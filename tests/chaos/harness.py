@@ -44,7 +44,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from keyshared.dev import LocalCluster
 from keyshared.dev.topics import create_topic, delete_topics, unique_name
@@ -62,6 +68,7 @@ from tests.chaos.observers import CommitWatch, GroupStates, JournalTail, read_dl
 from tests.chaos.plan import (
     EXPIRED_LOG,
     FAULT_GAP_S,
+    KAFKA_SESSION_MS,
     QUIET,
     ChaosPlan,
     Fault,
@@ -88,6 +95,22 @@ __all__ = [
 # -- the run -----------------------------------------------------------------------------------
 
 
+def _set_group_session(admin: AdminClient, group: str) -> None:
+    """KIP-848 groups take their session and heartbeat times from the broker (the group's own
+    config overrides the broker's default), not from the consumers: give the group the same
+    session as the classic runs' members ask for, so both protocols are judged alike."""
+    entries = [
+        ConfigEntry(name, str(ms), incremental_operation=AlterConfigOpType.SET)
+        for name, ms in (
+            ("consumer.session.timeout.ms", KAFKA_SESSION_MS),
+            ("consumer.heartbeat.interval.ms", 1000),
+        )
+    ]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+
+
 def run_chaos(
     plan: ChaosPlan,
     cluster: LocalCluster | TopologyCluster,
@@ -110,6 +133,8 @@ def run_chaos(
     dlq = f"{topic}.dlq"
     create_topic(admin, topic, plan.partitions, replication_factor=-1)
     create_topic(admin, dlq, plan.partitions, replication_factor=-1)
+    if plan.group_protocol == "consumer":
+        _set_group_session(admin, group)
     keys: list[bytes | None] = [f"key-{i:05d}".encode() for i in range(plan.keys)]
     records = sequenced(keys, plan.per_key, seed=plan.seed)
     members = Members(plan, bootstrap, zookeeper, group, topic, workdir)

@@ -55,9 +55,16 @@ class Members:
             "--max-attempts", str(plan.max_attempts),
             "--poison", "block" if plan.mode == "exclusive" else "dead_letter",
             "-X", f"client.id={name}",
-            "-X", f"session.timeout.ms={KAFKA_SESSION_MS}",
-            "-X", "heartbeat.interval.ms=1000",
         ]  # fmt: skip
+        if plan.group_protocol == "consumer":
+            # KIP-848: the session and heartbeat are the group's (set by the harness), and
+            # librdkafka rejects them in a consumer's config.
+            args += ["-X", "group.protocol=consumer"]
+        else:
+            args += [
+                "-X", f"session.timeout.ms={KAFKA_SESSION_MS}",
+                "-X", "heartbeat.interval.ms=1000",
+            ]  # fmt: skip
         if plan.mode == "partition":
             args += ["--mode", "partition", "--no-partition-leases"]
         elif plan.mode == "partition_leases":

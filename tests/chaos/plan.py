@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from tests.kafka.support.faults import fault_fraction
 
 MODES = ("partition", "partition_leases", "key_shared", "exclusive")
+GROUP_PROTOCOLS = ("classic", "consumer")
 KAFKA_SESSION_MS = 6000  # the broker's group.min.session.timeout.ms: a dead member leaves fast
 ZOMBIE_PID_BASE = -1  # incarnations after a fence get negative ids: no real pid collides
 FAULT_GAP_S = 2.0
@@ -57,6 +58,10 @@ class ChaosPlan:
     :param slow_keys: ``(share of keys, seconds per record)``.
     :param settle_seconds: bound on the wait for the group to commit everything after the
         fault phase.
+    :param group_protocol: the members' ``group.protocol``: ``classic`` (the default: an
+        elected member assigns, every rebalance waits for every member) or ``consumer``
+        (KIP-848: the broker assigns each member on its heartbeats, with no group-wide
+        barrier); the group's session is ``KAFKA_SESSION_MS`` either way.
     """
 
     mode: str
@@ -84,10 +89,15 @@ class ChaosPlan:
     rolling_restarts_at: tuple[float, ...] = ()
     zookeeper_failovers_at: tuple[float, ...] = ()
     broker_down_seconds: float = 8.0
+    group_protocol: str = "classic"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.group_protocol not in GROUP_PROTOCOLS:
+            raise ValueError(
+                f"group_protocol must be one of {GROUP_PROTOCOLS}, got {self.group_protocol!r}"
+            )
         if self.mode == "exclusive" and self.fail_always_rate:
             raise ValueError("exclusive mode blocks on a poison record: fail_always_rate=0")
         if self.records < self.keys:

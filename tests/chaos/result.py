@@ -75,7 +75,8 @@ class ChaosResult:
             kinds[fault.kind] += 1
         lines = [
             f"== chaos run: mode={plan.mode} members={plan.members} "
-            f"partitions={plan.partitions} keys={plan.keys} seed={plan.seed}",
+            f"partitions={plan.partitions} keys={plan.keys} seed={plan.seed} "
+            f"group.protocol={plan.group_protocol}",
             f"records produced {self.produced}, fault phase {plan.fault_seconds:.0f}s, "
             f"run {self.elapsed_s:.0f}s; handler calls {self.calls}, retried attempts "
             f"{self.retried}",

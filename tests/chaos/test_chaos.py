@@ -22,7 +22,7 @@ import pytest
 
 from keyshared.dev import LocalCluster
 from keyshared.dev.topology import TopologyCluster
-from tests.chaos.conftest import all_chaos, chaos_minutes, chaos_rate
+from tests.chaos.conftest import all_chaos, chaos_group_protocol, chaos_minutes, chaos_rate
 from tests.chaos.harness import ChaosPlan, ChaosResult, run_chaos
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
@@ -101,6 +101,18 @@ def long_plan(plan: ChaosPlan, minutes: float, rate: float | None = None) -> Cha
     )
 
 
+def asked(plan: ChaosPlan, config: pytest.Config) -> ChaosPlan:
+    """``plan`` as the command line asks: long (``--chaos-minutes``, ``--chaos-rate``) and
+    with another group protocol (``--chaos-group-protocol``)."""
+    minutes = chaos_minutes(config)
+    if minutes is not None:
+        plan = long_plan(plan, minutes, chaos_rate(config))
+    protocol = chaos_group_protocol(config)
+    if protocol is not None:
+        plan = replace(plan, group_protocol=protocol)
+    return plan
+
+
 OPEN: tuple[str, ...] = ()
 """Modes whose short runs still fail now and then: run by hand with ``--chaos`` until they are
 resolved, so that a red CI run means a regression. None now: partition leases' finding 17
@@ -118,11 +130,7 @@ def test_chaos(
     local_cluster: LocalCluster,
     tmp_path: Path,
 ) -> None:
-    plan = SHORT[mode]
-    minutes = chaos_minutes(request.config)
-    if minutes is not None:
-        plan = long_plan(plan, minutes, chaos_rate(request.config))
-    result = run_chaos(plan, local_cluster, tmp_path)
+    result = run_chaos(asked(SHORT[mode], request.config), local_cluster, tmp_path)
     report = result.report()
     print(report)
     (tmp_path / "report.txt").write_text(report + "\n")
@@ -151,10 +159,7 @@ def test_chaos_topology(
     crash, follower then leader) besides member kills and a stall. Also: no ZooKeeper session
     expires except the stalled member's."""
     plan = (TOPOLOGY_FULL if all_chaos(request.config) else TOPOLOGY)[mode]
-    minutes = chaos_minutes(request.config)
-    if minutes is not None:
-        plan = long_plan(plan, minutes, chaos_rate(request.config))
-    result = run_chaos(plan, topology_cluster, tmp_path)
+    result = run_chaos(asked(plan, request.config), topology_cluster, tmp_path)
     report = result.report()
     print(report)
     (tmp_path / "report.txt").write_text(report + "\n")
