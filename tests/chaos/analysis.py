@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from tests.chaos.accounting import account_duplicates, calls_of, measure_convergence
-from tests.chaos.fences import Fence
+from tests.chaos.fences import LOG_SLACK_NS, Fence
 from tests.chaos.observers import DeadLetter
 from tests.chaos.plan import BROKER_FAULTS, ZOMBIE_PID_BASE, ChaosPlan, Fault
 from tests.chaos.result import ChaosResult
@@ -39,6 +39,7 @@ def analyse(
     ]
     events = sorted(events, key=lambda e: (e.t, e.kind == "S"))
     events, result.zombie_starts = _drop_zombie_starts(events, result.faults)
+    events, result.lost_starts = _drop_starts_after_a_loss(events, fences)
     if plan.mode == "partition":
         events, result.cut_off_starts = _drop_cut_off_starts(events, fences, result.faults)
     events, zombies = _end_fenced_calls(events, fences)
@@ -136,6 +137,23 @@ def _drop_zombie_starts(events: list[Event], faults: list[Fault]) -> tuple[list[
         events,
         lambda e: any(pid == e.pid and lo <= e.t <= hi for pid, lo, hi in windows),
         "after its SIGCONT, before it noticed its session had expired",
+    )
+
+
+def _drop_starts_after_a_loss(
+    events: list[Event], fences: list[Fence]
+) -> tuple[list[Event], list[str]]:
+    """Calls a member started on a partition after it logged the partition lost and before the
+    group gave it back (``fences_from_logs``). The poll loop logs a loss once nothing of the
+    partition can start, so there should be none; listed and taken out of the timeline. Starts
+    within the logs' precision of the line (``LOG_SLACK_NS``) are the last ones before it."""
+    windows = [
+        (f, f.t + LOG_SLACK_NS, f.t_resume) for f in fences if f.cause == "lost"
+    ]  # fmt: skip
+    return _drop_starts(
+        events,
+        lambda e: any(f.covers(e.pid, e.partition) and lo < e.t < hi for f, lo, hi in windows),
+        "after it logged the partition lost, before it was assigned again",
     )
 
 

@@ -74,16 +74,37 @@ def handovers_from_logs(members: Members, clock_offset_ns: int) -> list[Handover
     return sorted(handovers, key=lambda h: h.t)
 
 
+LOG_SLACK_NS = 3_000_000
+"""How far a log line's time may be from the journal's: log times are cut to the millisecond,
+and the wall clock is mapped to the journal's monotonic one once per run."""
+LOST_LOG = "keyshared.kafka.poll_loop: lost "
+ASSIGNED_LOG = "keyshared.kafka.poll_loop: assigned "
+NEVER = 2**63 - 1
+
+
 def fences_from_logs(members: Members, clock_offset_ns: int) -> list[Fence]:
-    """``lost`` partitions from the members' logs (the consumer logs each with its time)."""
+    """``lost`` partitions from the members' logs (the consumer logs each with its time, once
+    nothing of them can start any more), one fence per partition. The process runs a lost
+    partition as a new member only from its next assignment of it on (the poll loop's
+    ``assigned`` line): a start between the loss and that assignment is not a new member's
+    but a defect of the old one (``lost_starts`` in analysis.py)."""
     fences = []
     for pid, name in members.names_by_pid.items():
-        for line in members.log(name).splitlines():
-            if "keyshared.kafka.poll_loop: lost " not in line:
+        lines = members.log(name).splitlines()
+        for i, line in enumerate(lines):
+            if LOST_LOG not in line:
                 continue
             t = parse_log_time(line, clock_offset_ns)
-            partitions = frozenset(int(p) for p in re.findall(r"\[(\d+)\]", line))
-            fences.append(Fence(pid, t, t, partitions, "lost"))
+            for partition in {int(p) for p in re.findall(r"\[(\d+)\]", line)}:
+                again = next(
+                    (
+                        parse_log_time(later, clock_offset_ns) - LOG_SLACK_NS
+                        for later in lines[i + 1 :]
+                        if ASSIGNED_LOG in later and f"[{partition}]@" in later
+                    ),
+                    NEVER,
+                )
+                fences.append(Fence(pid, t, again, frozenset({partition}), "lost"))
     return fences
 
 

@@ -35,6 +35,7 @@ class ChaosResult:
     dlq_problems: list[str] = field(default_factory=list)
     cut_off_starts: list[str] = field(default_factory=list)  # see _drop_cut_off_starts
     zombie_starts: list[str] = field(default_factory=list)  # see _drop_zombie_starts
+    lost_starts: list[str] = field(default_factory=list)  # see _drop_starts_after_a_loss
     zombie_calls: int = 0  # calls of a stalled or fenced member that outlived its fence
     lost_partition_zombies: int = 0  # of them: calls running when the group took a partition
     lost_partition_duplicates: int = 0  # redone after a member lost a partition
@@ -127,6 +128,8 @@ class ChaosResult:
             f"{self.lost_partition_duplicates}",
             f"calls started by a stalled member after its SIGCONT, before it noticed the "
             f"expiry: {len(self.zombie_starts)}",
+            f"calls started on a partition after it was logged lost, before it was assigned "
+            f"again: {len(self.lost_starts)}",
             f"calls started by a member cut off from the broker, before it learned its partition "
             f"was lost (plain partition mode, documented): {len(self.cut_off_starts)}",
             f"retry counts restarted by a re-dispatch in the same process: {self.retry_restarts}",
@@ -144,6 +147,8 @@ class ChaosResult:
             lines.append(f"first unexplained duplicates: {self.unexplained_duplicates[:5]}")
         if self.zombie_starts:
             lines.append(f"first zombie starts: {self.zombie_starts[:3]}")
+        if self.lost_starts:
+            lines.append(f"first starts after a loss: {self.lost_starts[:3]}")
         if self.dlq_problems:
             lines.append(f"DLQ problems: {self.dlq_problems[:5]}")
         if self.exclusive_overlaps:

@@ -130,11 +130,23 @@ def test_chaos(
     local_cluster: LocalCluster,
     tmp_path: Path,
 ) -> None:
-    result = run_chaos(asked(SHORT[mode], request.config), local_cluster, tmp_path)
-    report = result.report()
-    print(report)
-    (tmp_path / "report.txt").write_text(report + "\n")
-    assert_guarantees(result, report)
+    judge(run_chaos(asked(SHORT[mode], request.config), local_cluster, tmp_path), tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["partition", "partition_leases"])
+def test_chaos_with_the_consumer_group_protocol(
+    mode: str,
+    request: pytest.FixtureRequest,
+    local_cluster: LocalCluster,
+    tmp_path: Path,
+) -> None:
+    """The partition modes with KIP-848's group protocol (``group.protocol=consumer``: the
+    broker assigns, no elected leader, no group-wide barrier), which docs/configuration.md
+    recommends for groups whose members crash often: the same faults and the same judge as
+    :func:`test_chaos`. The Kafka group only matters in these two modes (``key_shared`` and
+    ``exclusive`` assign partitions themselves)."""
+    plan = replace(asked(SHORT[mode], request.config), group_protocol="consumer")
+    judge(run_chaos(plan, local_cluster, tmp_path), tmp_path)
 
 
 OPEN_TOPOLOGY: tuple[str, ...] = ()
@@ -159,14 +171,19 @@ def test_chaos_topology(
     crash, follower then leader) besides member kills and a stall. Also: no ZooKeeper session
     expires except the stalled member's."""
     plan = (TOPOLOGY_FULL if all_chaos(request.config) else TOPOLOGY)[mode]
-    result = run_chaos(asked(plan, request.config), topology_cluster, tmp_path)
+    result = judge(run_chaos(asked(plan, request.config), topology_cluster, tmp_path), tmp_path)
+    assert not result.unexpected_expiries, (
+        f"a ZooKeeper session expired although the ensemble kept its quorum\n{result.report()}"
+    )
+
+
+def judge(result: ChaosResult, workdir: Path) -> ChaosResult:
+    """Print and keep the run's report (``workdir/report.txt``), then check every guarantee."""
     report = result.report()
     print(report)
-    (tmp_path / "report.txt").write_text(report + "\n")
+    (workdir / "report.txt").write_text(report + "\n")
     assert_guarantees(result, report)
-    assert not result.unexpected_expiries, (
-        f"a ZooKeeper session expired although the ensemble kept its quorum\n{report}"
-    )
+    return result
 
 
 def assert_guarantees(result: ChaosResult, report: str) -> None:
@@ -194,6 +211,9 @@ def assert_guarantees(result: ChaosResult, report: str) -> None:
     assert not result.zombie_starts, (
         f"a stalled member started handlers after its SIGCONT, before it noticed that its "
         f"session had expired\n{report}"
+    )
+    assert not result.lost_starts, (
+        f"a member started records of a partition after it logged it lost\n{report}"
     )
     assert not result.unexplained_duplicates, (
         f"{len(result.unexplained_duplicates)} duplicate(s) not tied to a fault\n{report}"

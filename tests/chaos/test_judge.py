@@ -278,3 +278,53 @@ def test_a_stall_is_noticed_at_its_own_expiry_not_at_a_later_one() -> None:
     assert name == "M1" and fence.cause == "expired"
     assert fence.t == pytest.approx((41 * 60 + 44.978) * S, abs=1e6)
     assert fence.t_resume == pytest.approx((41 * 60 + 50.484) * S, abs=1e6)
+
+
+def _at(stamp: str) -> int:
+    """A log line's time (local, as the members log it) on a journal clock equal to it."""
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(f"2026-11-26 {stamp}").timestamp() * S)
+
+
+_LOGS = """\
+2026-11-26 12:43:12,118 WARNING keyshared.kafka.poll_loop: lost t[4], t[3]: in-flight results will be discarded, nothing committed
+2026-11-26 12:43:14,229 INFO keyshared.kafka.poll_loop: assigned t[4]@41622
+"""  # noqa: E501
+
+
+def test_a_lost_partition_is_a_new_member_only_from_its_next_assignment() -> None:
+    """The 30-minute partition-lease run with KIP-848 (2026-11-26 13:06) reported 4 overtakes
+    that never happened: a member started its last records of partition 4 within a millisecond
+    of its ``lost`` line, so the judge counted them to the member it became after the loss, and
+    then its re-read from the committed offset, 2.1 s later, looked like going back."""
+    from tests.chaos.analysis import _drop_starts_after_a_loss, _incarnations
+    from tests.chaos.fences import LOG_SLACK_NS, NEVER, fences_from_logs
+    from tests.kafka.support.journal import check
+
+    fences = fences_from_logs(_Logs(_LOGS), clock_offset_ns=0)  # type: ignore[arg-type]
+    by_partition = {next(iter(f.partitions or ())): f for f in fences}
+    lost = _at("12:43:12.118")
+    assert by_partition[4].t == lost and by_partition[3].t == lost
+    assert by_partition[4].t_resume == _at("12:43:14.229") - LOG_SLACK_NS
+    assert by_partition[3].t_resume == NEVER  # never assigned again here
+
+    ms = S // 1000
+    events = [
+        Event("S", KEY, 1, 7, 4, 10, lost - 5 * ms, 1),
+        Event("E", KEY, 1, 7, 4, 10, lost - 4 * ms, 1),
+        Event("S", KEY, 2, 7, 4, 11, lost + ms // 2, 1),  # within the log line's millisecond
+        Event("E", KEY, 2, 7, 4, 11, lost + ms, 1),
+        Event("S", KEY, 2, 8, 4, 11, lost + 300 * ms, 1),  # the next owner, from the commit
+        Event("E", KEY, 2, 8, 4, 11, lost + 301 * ms, 1),
+        Event("S", KEY, 2, 7, 4, 11, _at("12:43:14.300"), 1),  # 7 again, from 8's commit
+        Event("E", KEY, 2, 7, 4, 11, _at("12:43:14.301"), 1),
+    ]
+    kept, found = _drop_starts_after_a_loss(events, fences)
+    assert found == []
+    incarnations, _ = _incarnations(kept, fences, {})
+    assert check(incarnations, {KEY: 2}, killed={}).violations == []
+
+    late = [Event("S", KEY, 3, 7, 4, 12, lost + 50 * ms, 1)]  # the loss had taken effect
+    _, found = _drop_starts_after_a_loss(late, fences)
+    assert len(found) == 1 and "after it logged the partition lost" in found[0]
