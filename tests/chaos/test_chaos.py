@@ -9,8 +9,10 @@ a handler or read back from the DLQ with its reason), no per-key overtake or ove
 duplicate tied to a crash or stall (and no more than what was at risk there), the group
 converges after each fault and commits to the end (``keyshared verify``).
 
-By default each run is short (CI). ``--chaos-minutes N`` / ``KS_CHAOS_LONG=1`` makes them long;
-see ``docs/chaos.md``.
+By default each run is short (CI). ``--chaos-minutes N`` / ``KS_CHAOS_LONG=1`` makes them long,
+``--chaos-group-protocol consumer`` runs the members with KIP-848's group protocol; see
+``docs/chaos.md``. The partition modes also run short with KIP-848 in CI
+(:func:`test_chaos_with_the_consumer_group_protocol`).
 """
 
 from __future__ import annotations
