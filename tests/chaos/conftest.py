@@ -18,6 +18,8 @@ import os
 
 import pytest
 
+from tests.chaos.plan import GROUP_PROTOCOLS
+
 LONG_DEFAULT_MINUTES = 30.0
 
 
@@ -53,7 +55,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addoption(
         "--chaos-group-protocol",
-        choices=("classic", "consumer"),
+        choices=GROUP_PROTOCOLS,
         default=None,
         help="chaos tests: the members' group.protocol (default classic; consumer is KIP-848, "
         "the broker assigns). Also KS_CHAOS_GROUP_PROTOCOL.",
