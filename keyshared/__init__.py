@@ -14,7 +14,7 @@ from keyshared.record import Record
 from keyshared.settings import ConsumerOptions
 
 if TYPE_CHECKING:
-    from keyshared.kafka.consumer import KeySharedConsumer
+    from keyshared.consumer.key_shared_consumer import KeySharedConsumer
 
 __all__ = [
     "BatchError",
@@ -33,7 +33,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "KeySharedConsumer":
-        from keyshared.kafka.consumer import KeySharedConsumer
+        from keyshared.consumer.key_shared_consumer import KeySharedConsumer
 
         return KeySharedConsumer
     raise AttributeError(f"module 'keyshared' has no attribute {name!r}")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from keyshared.kafka.outputs import Output
+    from keyshared.runtime.outputs import Output
 
 __all__ = ["Header", "Record"]
 

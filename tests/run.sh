@@ -36,6 +36,10 @@ keyshared dev fetch
 echo "== installing the bench peers (Parallel Consumer, pyrallel-consumer, quixstreams; cached)"
 keyshared bench --install-peers
 
+# matplotlib builds its font cache on first use by running `fc-list`; a unit test that draws a
+# bench chart must not be the first user on a fresh machine (a unit test may start no process).
+python -c "import matplotlib.font_manager" >/dev/null
+
 echo "== ruff"
 ruff check .
 echo "== mypy"

@@ -22,8 +22,8 @@ from coordinator.modes.range_cursors import idle
 from keyshared.core.slots import SlotRange
 
 if TYPE_CHECKING:
-    from keyshared.kafka.partition import PartitionState
-    from keyshared.kafka.seams import DispatchControl
+    from keyshared.runtime.control import DispatchControl
+    from keyshared.runtime.partition import PartitionState
 
 __all__ = ["DeferredRebuild"]
 

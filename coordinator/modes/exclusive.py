@@ -56,7 +56,7 @@ from keyshared.kafka.seams import MembershipEvents, PlugContext
 
 if TYPE_CHECKING:
     from coordinator.modes.recipes import Recipes
-    from keyshared.kafka.partition import PartitionState
+    from keyshared.runtime.partition import PartitionState
 
 __all__ = ["ExclusiveMember"]
 

@@ -27,8 +27,8 @@ from coordinator.errors import Fenced
 from keyshared.core.holding import Holding, Step
 
 if TYPE_CHECKING:
-    from keyshared.kafka.partition import PartitionState
-    from keyshared.kafka.seams import DispatchControl
+    from keyshared.runtime.control import DispatchControl
+    from keyshared.runtime.partition import PartitionState
 
 __all__ = ["HandBack", "gone"]
 

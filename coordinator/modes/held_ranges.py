@@ -27,7 +27,7 @@ from keyshared.core.claims import PartitionClaims
 from keyshared.core.slots import SlotRange
 
 if TYPE_CHECKING:
-    from keyshared.kafka.partition import PartitionState
+    from keyshared.runtime.partition import PartitionState
 
 __all__ = ["HeldRanges", "Progress"]
 

@@ -51,11 +51,12 @@ from keyshared.core.health import Role
 from keyshared.core.slots import SlotRange
 from keyshared.errors import KeySharedError
 from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
-from keyshared.kafka.seams import Accepts, MembershipEvents, PlugContext
+from keyshared.kafka.seams import MembershipEvents, PlugContext
+from keyshared.runtime.control import Accepts
 
 if TYPE_CHECKING:
     from coordinator.modes.recipes import Recipes
-    from keyshared.kafka.partition import PartitionState
+    from keyshared.runtime.partition import PartitionState
 
 __all__ = ["KeySharedMember"]
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from keyshared.core.stragglers import KeyHolds
 
 if TYPE_CHECKING:
-    from keyshared.kafka.partition import PartitionState
+    from keyshared.runtime.partition import PartitionState
 
 __all__ = ["FencedKeys"]
 

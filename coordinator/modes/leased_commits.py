@@ -21,7 +21,7 @@ from coordinator.modes.session_gate import SessionGate
 from keyshared.kafka.commits import Committer
 
 if TYPE_CHECKING:
-    from keyshared.kafka.partition import PartitionState
+    from keyshared.runtime.partition import PartitionState
 
 __all__ = ["LeasedCommits"]
 

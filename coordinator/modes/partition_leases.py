@@ -57,7 +57,7 @@ from keyshared.kafka.startup import assigns_incrementally
 
 if TYPE_CHECKING:
     from coordinator.modes.recipes import Recipes
-    from keyshared.kafka.partition import PartitionState
+    from keyshared.runtime.partition import PartitionState
 
 __all__ = ["PartitionLeaseMember"]
 

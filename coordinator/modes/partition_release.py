@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING
 from coordinator.leases import Lease, PendingLease
 from coordinator.modes.handback import HandBack, gone
 from coordinator.modes.session_gate import SessionGate
-from keyshared.kafka.seams import DispatchControl, MembershipEvents
+from keyshared.kafka.seams import MembershipEvents
+from keyshared.runtime.control import DispatchControl
 
 if TYPE_CHECKING:
-    from keyshared.kafka.partition import PartitionState
+    from keyshared.runtime.partition import PartitionState
 
 __all__ = ["TP", "PartitionReleases", "tp_name"]
 

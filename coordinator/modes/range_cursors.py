@@ -22,7 +22,7 @@ from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 
 if TYPE_CHECKING:
-    from keyshared.kafka.partition import PartitionState
+    from keyshared.runtime.partition import PartitionState
 
 __all__ = [
     "Decoded",

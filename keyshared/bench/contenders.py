@@ -121,7 +121,7 @@ def run_keyshared(
 ) -> Measurement:
     """Time a KeySharedConsumer over ``records`` records of ``topic`` (``config``: more
     confluent-kafka settings; ``options``: keyshared's)."""
-    from keyshared.kafka.consumer import KeySharedConsumer
+    from keyshared.consumer.key_shared_consumer import KeySharedConsumer
 
     tally = Tally(records)
     work = _sleeper(handler_s)
@@ -162,7 +162,7 @@ def run_keyshared_batches(
 ) -> Measurement:
     """Time a KeySharedConsumer with a batch handler (``batch_size``) over ``records`` records;
     each call counts its batch's records. ``extra`` says how many calls there were."""
-    from keyshared.kafka.consumer import KeySharedConsumer
+    from keyshared.consumer.key_shared_consumer import KeySharedConsumer
 
     tally = Tally(records)
     calls = [0]

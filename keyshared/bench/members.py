@@ -42,7 +42,7 @@ class KeySharedMember:
         workers: int,
         log: list[Event],
     ) -> None:
-        from keyshared.kafka.consumer import KeySharedConsumer
+        from keyshared.consumer.key_shared_consumer import KeySharedConsumer
 
         self.name = name
 

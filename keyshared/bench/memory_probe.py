@@ -91,7 +91,7 @@ def _start(consumer: Any) -> tuple[threading.Thread, float]:
 
 
 def _keyshared(bootstrap: str, topic: str, records: int, workers: int) -> dict[str, Any]:
-    from keyshared.kafka.consumer import KeySharedConsumer
+    from keyshared.consumer.key_shared_consumer import KeySharedConsumer
 
     release = threading.Event()
     consumer = KeySharedConsumer(
@@ -120,7 +120,7 @@ def _keyshared(bootstrap: str, topic: str, records: int, workers: int) -> dict[s
 
 
 def _stuck(bootstrap: str, topic: str, records: int, workers: int) -> dict[str, Any]:
-    from keyshared.kafka.consumer import KeySharedConsumer
+    from keyshared.consumer.key_shared_consumer import KeySharedConsumer
 
     release = threading.Event()
     stuck_key: list[bytes | None] = []

@@ -265,7 +265,7 @@ def run(
 
     Example: keyshared run myapp:handle -g orders -t orders --workers 64 --poison park
     """
-    from keyshared.kafka.consumer import KeySharedConsumer
+    from keyshared.consumer.key_shared_consumer import KeySharedConsumer
 
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Signals first: a SIGTERM while the handler module imports or the consumer is built is a

@@ -88,7 +88,7 @@ def _poison_policy(settings: DemoSettings) -> str:
 
 
 def run_demo(bootstrap: str, settings: DemoSettings, console: Console) -> DemoOutcome:
-    from keyshared.kafka.consumer import KeySharedConsumer
+    from keyshared.consumer.key_shared_consumer import KeySharedConsumer
 
     run_id = uuid.uuid4().hex[:6]
     topic, group = f"keyshared-demo-{run_id}", f"keyshared-demo-{run_id}"

@@ -1,5 +1,6 @@
-"""Adapters over confluent-kafka: the poll loop, dispatch, workers, commits, DLQ, key state.
+"""What talks to Kafka: the poll loop, commits, transactions, the DLQ, the key-state topic,
+backpressure, rewinds, positions and log ends.
 
-Import the consumer from ``keyshared`` (``keyshared.KeySharedConsumer``); the modules here are
-the implementation, one responsibility each.
+Import the consumer from ``keyshared`` (``keyshared.KeySharedConsumer``); the runtime these
+modules feed lives in :mod:`keyshared.runtime`.
 """

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import KafkaException, TopicPartition
 
 from keyshared.kafka.kafka_consumer import KafkaConsumer
-from keyshared.kafka.partition import PartitionState
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.partition import PartitionState
 
 __all__ = ["Backpressure"]
 

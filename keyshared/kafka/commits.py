@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from keyshared.core.offsets import encode_within
 from keyshared.kafka.kafka_consumer import KafkaConsumer
-from keyshared.kafka.partition import PartitionState
+from keyshared.runtime.partition import PartitionState
 
 __all__ = ["Committer"]
 

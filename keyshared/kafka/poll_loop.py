@@ -22,16 +22,16 @@ from keyshared.core.offsets import decode_finished
 from keyshared.core.runs import EMPTY_RUNS
 from keyshared.kafka.backpressure import Backpressure
 from keyshared.kafka.commits import Committer
-from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.group_membership import KafkaGroupMembership
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.keystate import KeyStateStore
-from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.kafka.positions import note_stale_positions, observe_positions
 from keyshared.kafka.rewinds import Rewinds
 from keyshared.kafka.sampling import LoopSampler
 from keyshared.kafka.seams import CursorStore, Membership, PollInbox
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.dispatcher import Dispatcher
+from keyshared.runtime.partition import PartitionState, Phase
 from keyshared.settings import ConsumerOptions
 
 __all__ = ["PollLoop"]

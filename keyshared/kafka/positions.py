@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.kafka_consumer import KafkaConsumer
-from keyshared.kafka.partition import PartitionState
+from keyshared.runtime.dispatcher import Dispatcher
+from keyshared.runtime.partition import PartitionState
 
 __all__ = ["note_stale_positions", "observe_positions"]
 

@@ -36,7 +36,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from keyshared.core.runs import EMPTY_RUNS
 from keyshared.kafka.kafka_consumer import KafkaConsumer
-from keyshared.kafka.partition import PartitionState
+from keyshared.runtime.partition import PartitionState
 
 __all__ = ["Rewinds"]
 

@@ -15,11 +15,11 @@ from confluent_kafka import KafkaException, TopicPartition
 from keyshared.core.health import StuckPartition
 from keyshared.core.redaction import shown_key
 from keyshared.core.window import CursorBlocker
-from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.kafka_consumer import KafkaConsumer
-from keyshared.kafka.partition import PartitionState
 from keyshared.kafka.split_keys import SplitKeyReport
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.dispatcher import Dispatcher
+from keyshared.runtime.partition import PartitionState
 from keyshared.settings import ConsumerOptions
 
 __all__ = ["LoopSampler"]

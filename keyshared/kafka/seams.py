@@ -15,7 +15,7 @@ seam                      partition mode (today)                 with the coordi
                                                                  thread to pause, drain, commit
 ========================  =====================================  =============================
 
-Where handlers run (threads, asyncio, batch pools, pull) is :mod:`keyshared.kafka.runners`.
+Where handlers run (threads, asyncio, batch pools, pull) is :mod:`keyshared.runtime.runners`.
 
 Each protocol says which thread calls it. The poll thread is the only one that touches the
 Kafka consumer, so everything that another thread wants done with it goes through the inbox.
@@ -30,116 +30,27 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from keyshared.core.filters import KeyFilter
 from keyshared.core.health import Role
 from keyshared.kafka.kafka_consumer import KafkaConsumer
+from keyshared.runtime.control import DispatchControl, Ownership
 
 if TYPE_CHECKING:
     from keyshared.kafka.commits import Committer
-    from keyshared.kafka.partition import PartitionState
     from keyshared.metrics import ConsumerMetrics
+    from keyshared.runtime.partition import PartitionState
     from keyshared.settings import ConsumerOptions
 
 __all__ = [
-    "Accepts",
     "Coordination",
     "CursorStore",
-    "DispatchControl",
-    "DispatchHold",
-    "KeyFilterOwnership",
     "Membership",
     "MembershipEvents",
-    "Ownership",
     "Plug",
     "PlugContext",
     "PollInbox",
-    "Work",
 ]
 
 log = logging.getLogger(__name__)
-
-Accepts = Callable[[bytes | None, int], bool]  # (raw key, offset) -> run it here?
-Work = tuple["PartitionState", Any]
-
-
-class DispatchControl(Protocol):
-    """What a coordinator may do with the dispatcher (the only code that touches windows):
-    hold or release dispatch, stop partitions, wait for their drain, fence it by liveness.
-    ``lock`` is the dispatcher's: a coordinator reads window state only under it."""
-
-    lock: threading.Lock
-
-    def use_hold(self, hold: DispatchHold) -> None: ...
-
-    def pause_dispatch(self) -> None: ...
-
-    def resume_dispatch(self) -> None: ...
-
-    def set_liveness(self, live: Callable[[], bool]) -> None: ...
-
-    def stop_dispatching(self, states: list[PartitionState]) -> None: ...
-
-    def wait_drained(
-        self,
-        states: list[PartitionState],
-        timeout: float,
-        tick: Callable[[], None] | None = None,
-    ) -> bool: ...
-
-
-class Ownership(Protocol):
-    """Which records of a partition this member runs; the rest count as done on arrival.
-
-    Called on the poll thread, under the dispatcher's lock, once per admitted batch: the
-    returned predicate (or None for "every record") is then applied per record, so an owner
-    check costs nothing where nothing is filtered. It takes the offset as well as the key
-    because a range that changed hands resumes at its previous holder's cursor: records of it
-    below that cursor are done already, though this member reads them again.
-    """
-
-    def admission(self, state: PartitionState) -> Accepts | None: ...
-
-
-class DispatchHold(Protocol):
-    """Records a window released that must not start yet: in ``key_shared`` mode, records of
-    a key whose call in a fenced (removed) partition still runs (issue 24, defect 5).
-
-    Called under the dispatcher's lock, on whichever thread holds it; must not block. It is
-    false while it holds nothing, so the dispatcher asks nothing more on the common path.
-    """
-
-    def __bool__(self) -> bool: ...
-
-    def fenced(self, state: PartitionState, stragglers: list[Any]) -> None:
-        """``state`` was removed while these entries of it still counted as running."""
-
-    def admit(self, works: list[Work]) -> list[Work]:
-        """The works that may start now; the others wait, still counted as running."""
-        ...
-
-    def ended(self, state: PartitionState, entry: Any | None, idle: bool) -> list[Work]:
-        """An entry of a removed ``state`` stopped running (``idle``: nothing of it runs any
-        more); the works that may start now."""
-        ...
-
-    def withdraw(self, states: list[PartitionState]) -> list[Work]:
-        """These partitions stop dispatching: their waiting works, which will never start."""
-        ...
-
-
-class KeyFilterOwnership:
-    """Partition mode: the member owns every record of its partitions its key filters accept."""
-
-    def __init__(self, patterns: Iterable[str]) -> None:
-        self._filter = KeyFilter(patterns)
-        self._accepts: Accepts | None = None
-        if not self._filter.accepts_all:
-            accepts_key = self._filter.accepts
-            self._accepts = lambda key, _offset: accepts_key(key)
-
-    def admission(self, state: PartitionState) -> Accepts | None:
-        return self._accepts
-
 
 class CursorStore(Protocol):
     """Where safe cursors come from and go. Called on the poll thread only.

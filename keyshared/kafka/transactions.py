@@ -2,7 +2,7 @@
 
 Every commit interval the poll thread takes, in one critical section of the dispatcher lock,
 each partition's safe cursor with its finished-offsets metadata *and* the outputs of exactly
-the records that snapshot shows finished (see :mod:`keyshared.kafka.outputs`). It then runs one
+the records that snapshot shows finished (see :mod:`keyshared.runtime.outputs`). It then runs one
 transaction: produce those outputs, ``send_offsets_to_transaction`` with the consumer's group
 metadata (so a member that lost its partitions is refused by the group generation, KIP-447),
 ``commit_transaction``. A record's outputs are therefore committed exactly when its offset is:
@@ -44,9 +44,9 @@ from keyshared.core.offsets import decode_finished
 from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import KafkaConsumer
-from keyshared.kafka.outputs import OutputMessage
-from keyshared.kafka.partition import PartitionState
 from keyshared.kafka.seams import MembershipEvents
+from keyshared.runtime.outputs import OutputMessage
+from keyshared.runtime.partition import PartitionState
 from keyshared.settings import ConsumerOptions
 
 __all__ = ["TransactionalCommitter", "producer_config", "transactional_store"]

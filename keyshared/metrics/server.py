@@ -44,7 +44,7 @@ class _Verdict(Protocol):
 
 
 class HealthSource(Protocol):
-    """What answers the probes (:class:`keyshared.kafka.health_view.HealthView`)."""
+    """What answers the probes (:class:`keyshared.consumer.health_view.HealthView`)."""
 
     def liveness(self) -> _Verdict: ...
 

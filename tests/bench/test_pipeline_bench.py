@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from keyshared.kafka.dispatcher import Dispatcher
-from keyshared.kafka.execution import RecordExecutor
-from keyshared.kafka.partition import PartitionState
-from keyshared.kafka.workers import ThreadWorkers
 from keyshared.metrics import ConsumerMetrics
 from keyshared.record import Record
+from keyshared.runtime.dispatcher import Dispatcher
+from keyshared.runtime.execution import RecordExecutor
+from keyshared.runtime.partition import PartitionState
+from keyshared.runtime.workers import ThreadWorkers
 from keyshared.settings import ConsumerOptions
 
 PARTITIONS = 3

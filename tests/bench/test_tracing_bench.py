@@ -8,7 +8,7 @@ Measure with::
 The provider is the real SDK's with no exporter, so the figure is keyshared's wrapper plus the
 SDK's own span creation (which dominates); an exporter adds its own cost on top. Nothing here
 asserts a time. With ``tracing=False`` the handler is not wrapped at all
-(``tests/kafka/test_tracing_options.py``).
+(``tests/runtime/test_tracing_options.py``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from keyshared.kafka.tracing import HandlerTracer
 from keyshared.record import Header, Record
+from keyshared.runtime.tracing import HandlerTracer
 
 TRACEPARENT = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

@@ -5,7 +5,7 @@ it called the handler runs the handler on waking, although it is no longer live.
 The topology run saw it as a start journaled 6 ms after the SIGCONT, 70 ms before the member
 learned that its session had expired. The stall is simulated by the key deserializer, which
 runs in exactly that window (after ``RecordExecutor.prepare``'s check, before the handler).
-Fixed in ``keyshared/kafka/execution.py``: liveness is checked again right before the handler
+Fixed in ``keyshared/runtime/execution.py``: liveness is checked again right before the handler
 is called (the window shrinks to the call itself; fencing tokens cover the rest). This test
 failed before the fix (it was an xfail(strict=True) until then).
 """
@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 from unittest import mock
 
-from keyshared.kafka.execution import RecordExecutor
-from tests.kafka.test_dispatcher import Bench
+from keyshared.runtime.execution import RecordExecutor
+from tests.runtime.test_dispatcher import Bench
 
 
 def test_a_member_that_stopped_being_live_after_the_check_does_not_start_the_handler() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import keyshared
 from coordinator import ZooKeeperCoordinator
 from keyshared.kafka.keystate import KeyStateStore
-from keyshared.kafka.scheduler import Scheduler
+from keyshared.runtime.scheduler import Scheduler
 from tests.coordinator.conftest import WAIT_S
 from tests.coordinator.members import StartMember, keys_in
 from tests.coordinator.test_key_shared import HIGH, LOW, Sequencer

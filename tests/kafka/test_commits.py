@@ -19,8 +19,8 @@ from prometheus_client import REGISTRY
 from keyshared.core.offsets import decode_finished
 from keyshared.core.window import InFlightWindow
 from keyshared.kafka.commits import Committer
-from keyshared.kafka.partition import PartitionState
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.partition import PartitionState
 from tests.kafka.support.fake_consumer import FakeConsumer
 
 

@@ -17,8 +17,8 @@ from prometheus_client import REGISTRY
 
 from keyshared.dev.topics import TopicFactory, create_topic, delete_topics, unique_name
 from keyshared.kafka.dlq import DeadLetterWriter, DlqHeader
-from keyshared.kafka.scheduler import Scheduler
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.scheduler import Scheduler
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from confluent_kafka.admin._config import ConfigResource  # not re-exported for 
 from keyshared.cli.release import release
 from keyshared.dev.topics import GroupFactory, delete_topics
 from keyshared.kafka.keystate import KeyStateStore, decode_key, encode_key, topic_for
-from keyshared.kafka.scheduler import Scheduler
+from keyshared.runtime.scheduler import Scheduler
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration

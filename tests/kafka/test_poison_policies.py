@@ -24,7 +24,7 @@ from keyshared import Record, RetryPolicy
 from keyshared.dev.topics import GroupFactory, TopicFactory, create_topic, delete_topics
 from keyshared.kafka.dlq import DlqHeader
 from keyshared.kafka.keystate import KeyStateStore, topic_for
-from keyshared.kafka.scheduler import Scheduler
+from keyshared.runtime.scheduler import Scheduler
 from tests.helpers import produce as shared_produce
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Running, consumers_for

@@ -13,9 +13,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from keyshared.kafka.partition import Phase
 from keyshared.kafka.seams import PollInbox
-from keyshared.kafka.settlement import SettlementBuffer
+from keyshared.runtime.partition import Phase
+from keyshared.runtime.settlement import SettlementBuffer
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import records
 from tests.kafka.support.loop_harness import LoopHarness

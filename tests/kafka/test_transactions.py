@@ -16,10 +16,10 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from keyshared.core.window import InFlightWindow
 from keyshared.kafka import transactions
-from keyshared.kafka.outputs import OutputMessage
-from keyshared.kafka.partition import PartitionState
 from keyshared.kafka.transactions import TransactionalCommitter
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.outputs import OutputMessage
+from keyshared.runtime.partition import PartitionState
 
 
 class FakeProducer:

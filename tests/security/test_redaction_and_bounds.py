@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 import keyshared
+from keyshared.consumer.hotkeys_view import render_key
 from keyshared.core.redaction import REDACTION_FAILED, shown_error, shown_key
 from keyshared.kafka.dlq import MAX_ERROR_MESSAGE, MAX_TRACEBACK, DlqHeader, provenance_headers
-from keyshared.kafka.execution import _bounded_traceback
-from keyshared.kafka.hotkeys_view import render_key
 from keyshared.metrics import start_metrics_server
+from keyshared.runtime.execution import _bounded_traceback
 
 CARD = "4111111111111111"
 

@@ -32,7 +32,7 @@ def run_async_keyshared(
     bootstrap: str, topic: str, group: str, records: int, handler_s: float, concurrency: int
 ) -> Measurement:
     """Time a KeySharedConsumer with an ``async def`` handler over ``records`` records."""
-    from keyshared.kafka.consumer import KeySharedConsumer
+    from keyshared.consumer.key_shared_consumer import KeySharedConsumer
 
     tally = Tally(records)
 

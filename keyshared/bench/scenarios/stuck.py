@@ -150,7 +150,9 @@ def _restart(
 ) -> tuple[list[Position], bool]:
     """Run a new consumer on ``group`` until every record not journaled ``before`` has run;
     return what it ran and whether its final commit reached the end of the partition."""
-    from keyshared.kafka.consumer import KeySharedConsumer  # as contenders.py: imported late
+    from keyshared.consumer.key_shared_consumer import (
+        KeySharedConsumer,  # as contenders.py: imported late
+    )
 
     done_before = set(before)
     fresh = Tally(total - len(done_before))

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from keyshared.kafka.dispatcher import Dispatcher, Work
 from keyshared.kafka.poll_loop import PollLoop
 from keyshared.kafka.seams import PollInbox
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.dispatcher import Dispatcher, Work
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import FakeConsumer
 

@@ -1,16 +1,16 @@
 """One run of a consumer, assembled: every part built in the order it needs the others.
 
-Kept apart from :mod:`keyshared.kafka.consumer`, which is the public face (the constructor's
-checks, run/stop, the pull style, operator releases) and the tear-down's outer frame. Building
-the parts is one long, order-sensitive sequence that changes each time a part is added: the
-scheduler before the DLQ writer and the key-state store that retry through it; the runner before
-the dispatcher, which needs its ``submit``; the dispatcher before the executor and the
-coordinator's plug; the plug's seams before the poll loop. Each part's tear-down is registered on
-the run's ``ExitStack`` as it is built, so every exit closes what started, in reverse.
+Kept apart from :mod:`keyshared.consumer.key_shared_consumer`, which is the public face (the
+constructor's checks, run/stop, the pull style, operator releases) and the tear-down's outer frame.
+Building the parts is one long, order-sensitive sequence that changes each time a part is added: the
+scheduler before the DLQ writer and the key-state store that retry through it; the runner before the
+dispatcher, which needs its ``submit``; the dispatcher before the executor and the coordinator's
+plug; the plug's seams before the poll loop. Each part's tear-down is registered on the run's
+``ExitStack`` as it is built, so every exit closes what started, in reverse.
 
 What the consumer's own methods reach from other threads (a release, the pull style, commit
-callbacks, the metrics URL) is set in :class:`RunParts` the moment each part is built, so they
-see it as soon as it exists (the key-state store before it starts loading, for instance).
+callbacks, the metrics URL) is set in :class:`RunParts` the moment each part is built, so they see
+it as soon as it exists (the key-state store before it starts loading, for instance).
 """
 
 from __future__ import annotations
@@ -22,29 +22,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+from keyshared.consumer.health_view import HealthView
+from keyshared.consumer.hotkeys_view import hot_keys_report
 from keyshared.core.poison import PoisonPolicy
-from keyshared.kafka.batches import BatchHandler
-from keyshared.kafka.dispatcher import Dispatcher
 from keyshared.kafka.dlq import DeadLetterWriter
-from keyshared.kafka.execution import RecordExecutor
-from keyshared.kafka.health_view import HealthView
-from keyshared.kafka.hotkeys_view import hot_keys_report
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.poll_loop import PollLoop
-from keyshared.kafka.pull import PullQueue
-from keyshared.kafka.runners import Runner, make_runner
-from keyshared.kafka.scheduler import Scheduler
 from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox
-from keyshared.kafka.tracing import HandlerTracer
 from keyshared.kafka.transactions import transactional_store
 from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
 from keyshared.record import Record
+from keyshared.runtime.batches import BatchHandler
+from keyshared.runtime.dispatcher import Dispatcher
+from keyshared.runtime.execution import RecordExecutor
+from keyshared.runtime.pull import PullQueue
+from keyshared.runtime.runners import Runner, make_runner
+from keyshared.runtime.scheduler import Scheduler
+from keyshared.runtime.tracing import HandlerTracer
 from keyshared.settings import ConsumerOptions
 
 __all__ = ["RunParts", "assemble"]
 
-log = logging.getLogger("keyshared.kafka.consumer")  # the consumer's log, as before the split
+log = logging.getLogger("keyshared.consumer.key_shared_consumer")  # the consumer's own log
 _NEEDS_KEYSTATE = (PoisonPolicy.BLOCK, PoisonPolicy.BLOCK_AND_DEAD_LETTER, PoisonPolicy.PARK)
 
 

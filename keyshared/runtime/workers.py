@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from keyshared.kafka.execution import RecordExecutor
+    from keyshared.runtime.execution import RecordExecutor
 
 __all__ = ["AsyncRunner", "ThreadWorkers"]
 

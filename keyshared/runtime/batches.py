@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from keyshared.core.batches import batch_failures
 from keyshared.errors import BatchError
-from keyshared.kafka.settlement import Success
 from keyshared.record import Record
+from keyshared.runtime.settlement import Success
 
 if TYPE_CHECKING:
-    from keyshared.kafka.dispatcher import Work
-    from keyshared.kafka.execution import RecordExecutor
+    from keyshared.runtime.dispatcher import Work
+    from keyshared.runtime.execution import RecordExecutor
 
 __all__ = ["BatchExecutor", "BatchHandler"]
 

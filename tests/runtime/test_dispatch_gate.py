@@ -13,9 +13,9 @@ from typing import Any
 
 from coordinator.modes.key_shared_stragglers import FencedKeys
 from keyshared.core.window import Entry
-from keyshared.kafka.dispatcher import Dispatcher, Work
-from keyshared.kafka.partition import PartitionState
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.dispatcher import Dispatcher, Work
+from keyshared.runtime.partition import PartitionState
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import records
 

@@ -20,17 +20,17 @@ from keyshared.core.redaction import REDACTION_INPUT_LIMIT, Redactor, shown_erro
 from keyshared.core.window import Entry
 from keyshared.kafka.deserializers import decoder
 from keyshared.kafka.dlq_headers import provenance_headers
-from keyshared.kafka.outputs import Output, OutputMessage
-from keyshared.kafka.partition import PartitionState, Phase
-from keyshared.kafka.settlement import LoopSettlement, SettlementBuffer, account
 from keyshared.record import Record
+from keyshared.runtime.outputs import Output, OutputMessage
+from keyshared.runtime.partition import PartitionState, Phase
+from keyshared.runtime.settlement import LoopSettlement, SettlementBuffer, account
 from keyshared.settings import ConsumerOptions
 
 if TYPE_CHECKING:
-    from keyshared.kafka.dispatcher import Dispatcher, Work
     from keyshared.kafka.dlq import DeadLetterWriter
     from keyshared.kafka.keystate import KeyStateStore
-    from keyshared.kafka.tracing import HandlerTracer
+    from keyshared.runtime.dispatcher import Dispatcher, Work
+    from keyshared.runtime.tracing import HandlerTracer
 
 __all__ = ["RecordExecutor"]
 

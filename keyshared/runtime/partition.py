@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from keyshared.core.hotkeys import SpaceSaving
 from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 from keyshared.core.window import Entry, InFlightWindow
-from keyshared.kafka.outputs import PartitionOutputs
+from keyshared.runtime.outputs import PartitionOutputs
 
 if TYPE_CHECKING:
     from keyshared.metrics import PartitionMetrics

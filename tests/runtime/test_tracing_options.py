@@ -9,7 +9,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 import keyshared
-from keyshared.kafka.tracing import HandlerTracer, handler_tracer
+from keyshared.runtime.tracing import HandlerTracer, handler_tracer
 
 CONFIG = {"bootstrap.servers": "127.0.0.1:9", "group.id": "g"}
 
@@ -47,7 +47,7 @@ def test_tracing_without_the_extra_says_how_to_install_it(monkeypatch: Any) -> N
 def test_record_context_gives_the_pull_style_its_producers_trace() -> None:
     from opentelemetry import trace
 
-    from keyshared.kafka.tracing import record_context
+    from keyshared.runtime.tracing import record_context
 
     traceparent = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     record = keyshared.Record(b"k", b"v", "t", 0, 1, (("traceparent", traceparent),), None, 1)

@@ -30,9 +30,9 @@ from hypothesis.stateful import (
 )
 
 from keyshared.core.window import Entry
-from keyshared.kafka.dispatcher import Dispatcher, Work
-from keyshared.kafka.partition import PartitionState, Phase
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.dispatcher import Dispatcher, Work
+from keyshared.runtime.partition import PartitionState, Phase
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import FakeMessage
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from keyshared.record import Record
 
 if TYPE_CHECKING:
-    from keyshared.kafka.dispatcher import Work
-    from keyshared.kafka.execution import RecordExecutor
+    from keyshared.runtime.dispatcher import Work
+    from keyshared.runtime.execution import RecordExecutor
 
 __all__ = ["AckTimeoutError", "PullQueue"]
 

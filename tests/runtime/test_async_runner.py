@@ -14,10 +14,10 @@ import uuid
 from typing import Any
 
 from keyshared.core.window import Entry
-from keyshared.kafka.partition import PartitionState
-from keyshared.kafka.settlement import LoopSettlement
-from keyshared.kafka.workers import AsyncRunner
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.partition import PartitionState
+from keyshared.runtime.settlement import LoopSettlement
+from keyshared.runtime.workers import AsyncRunner
 
 
 class Probe:

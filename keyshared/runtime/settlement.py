@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from keyshared.core.window import Entry
-from keyshared.kafka.partition import PartitionState
 from keyshared.metrics.batch import observe_many
+from keyshared.runtime.partition import PartitionState
 
 __all__ = ["LoopSettlement", "SettlementBuffer", "Success", "account"]
 

@@ -12,9 +12,9 @@ import uuid
 from typing import Any
 
 from keyshared.core.window import Entry
-from keyshared.kafka.partition import PartitionState
-from keyshared.kafka.settlement import SettlementBuffer, account
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.partition import PartitionState
+from keyshared.runtime.settlement import SettlementBuffer, account
 
 
 class FakeFinish:

@@ -21,20 +21,20 @@ from typing import Any, cast
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from keyshared.core.redaction import shown_key
-from keyshared.errors import ConfigurationError, KeySharedError
-from keyshared.kafka.arguments import (
+from keyshared.consumer.arguments import (
     check_arguments,
     check_drain_timeout,
     resolve_options,
     topic_list,
 )
-from keyshared.kafka.assembly import RunParts, assemble
-from keyshared.kafka.batches import BatchHandler
+from keyshared.consumer.assembly import RunParts, assemble
+from keyshared.core.redaction import shown_key
+from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.seams import Coordination
 from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
-from keyshared.kafka.tracing import handler_tracer
 from keyshared.record import Record
+from keyshared.runtime.batches import BatchHandler
+from keyshared.runtime.tracing import handler_tracer
 from keyshared.settings import ConsumerOptions, build_kafka_config
 
 __all__ = ["KeySharedConsumer"]

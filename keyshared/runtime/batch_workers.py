@@ -6,7 +6,7 @@ and a list cut at submit time could never grow again. A worker instead takes wha
 queued for it, up to ``size``: under load records queue while its previous batch runs, so
 batches fill by themselves, and with ``linger`` it waits that long for a short batch to fill.
 
-Both pools keep everything else of their single-record parents (:mod:`keyshared.kafka.workers`):
+Both pools keep everything else of their single-record parents (:mod:`keyshared.runtime.workers`):
 a queue per thread and stealing from stuck threads (a thief takes a whole batch), or one event
 loop with ``concurrency`` worker coroutines. Only the loops that take records differ, so the
 single-record hot path is untouched.
@@ -21,11 +21,17 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from keyshared.kafka.batches import BatchExecutor, BatchHandler
-from keyshared.kafka.workers import _STOP, _YIELD_EVERY, AsyncRunner, ThreadWorkers, _forget_cancel
+from keyshared.runtime.batches import BatchExecutor, BatchHandler
+from keyshared.runtime.workers import (
+    _STOP,
+    _YIELD_EVERY,
+    AsyncRunner,
+    ThreadWorkers,
+    _forget_cancel,
+)
 
 if TYPE_CHECKING:
-    from keyshared.kafka.execution import RecordExecutor
+    from keyshared.runtime.execution import RecordExecutor
 
 __all__ = ["BatchAsyncRunner", "BatchThreadWorkers", "take"]
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
-from keyshared.kafka.batch_workers import BatchAsyncRunner, BatchThreadWorkers
-from keyshared.kafka.batches import BatchHandler
-from keyshared.kafka.execution import RecordExecutor
-from keyshared.kafka.partition import PartitionState
-from keyshared.kafka.pull import PullQueue
-from keyshared.kafka.seams import Work
-from keyshared.kafka.workers import AsyncRunner, ThreadWorkers
 from keyshared.record import Record
+from keyshared.runtime.batch_workers import BatchAsyncRunner, BatchThreadWorkers
+from keyshared.runtime.batches import BatchHandler
+from keyshared.runtime.control import Work
+from keyshared.runtime.execution import RecordExecutor
+from keyshared.runtime.partition import PartitionState
+from keyshared.runtime.pull import PullQueue
+from keyshared.runtime.workers import AsyncRunner, ThreadWorkers
 from keyshared.settings import ConsumerOptions
 
 __all__ = ["Runner", "make_runner"]

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from keyshared import BatchError, Record, RetryPolicy
 from keyshared.dev.topics import TopicFactory, create_topic
-from keyshared.kafka.tracing import (
+from keyshared.runtime.tracing import (
     ATTEMPT,
     BATCH_COUNT,
     CONSUMER_GROUP,

@@ -1,6 +1,6 @@
 """When a ready record may not start yet: the dispatcher's pause, liveness check and hold.
 
-A part of :class:`~keyshared.kafka.dispatcher.Dispatcher` (a base class of it), kept apart
+A part of :class:`~keyshared.runtime.dispatcher.Dispatcher` (a base class of it), kept apart
 because it is the one thing the coordinators steer and the rest of the dispatcher does not
 need to know about:
 
@@ -20,10 +20,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from keyshared.core.window import Entry
-from keyshared.kafka.partition import PartitionState, Phase
+from keyshared.runtime.partition import PartitionState, Phase
 
 if TYPE_CHECKING:
-    from keyshared.kafka.seams import DispatchHold
+    from keyshared.runtime.control import DispatchHold
 
 __all__ = ["DispatchGate"]
 

@@ -18,9 +18,9 @@ from keyshared.core.modes import Mode
 from keyshared.core.ring import WorkerRing
 from keyshared.core.split_keys import SplitKeyDetector
 from keyshared.core.window import Entry, InFlightWindow
-from keyshared.kafka.dispatch_gate import DispatchGate
-from keyshared.kafka.partition import Blocked, PartitionState, Phase
-from keyshared.kafka.seams import Accepts, KeyFilterOwnership, Ownership
+from keyshared.runtime.control import Accepts, KeyFilterOwnership, Ownership
+from keyshared.runtime.dispatch_gate import DispatchGate
+from keyshared.runtime.partition import Blocked, PartitionState, Phase
 from keyshared.settings import ConsumerOptions
 
 __all__ = ["Dispatcher", "Work"]

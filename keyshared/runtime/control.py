@@ -1,0 +1,101 @@
+"""The runtime's control seams: what the poll loop and the modes may ask of dispatch.
+
+A mode (``key_shared``, partition leases, ``exclusive``) decides which records run here and
+when a held thing may be handed back; the dispatcher owns the windows. These protocols are the
+only way between the two, so the dispatcher's lock never leaves the dispatcher.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from keyshared.core.filters import KeyFilter
+
+if TYPE_CHECKING:
+    from keyshared.runtime.partition import PartitionState
+
+__all__ = ["Accepts", "DispatchControl", "DispatchHold", "KeyFilterOwnership", "Ownership", "Work"]
+
+Accepts = Callable[[bytes | None, int], bool]  # (raw key, offset) -> run it here?
+Work = tuple["PartitionState", Any]
+
+
+class DispatchControl(Protocol):
+    """What a coordinator may do with the dispatcher (the only code that touches windows):
+    hold or release dispatch, stop partitions, wait for their drain, fence it by liveness.
+    ``lock`` is the dispatcher's: a coordinator reads window state only under it."""
+
+    lock: threading.Lock
+
+    def use_hold(self, hold: DispatchHold) -> None: ...
+
+    def pause_dispatch(self) -> None: ...
+
+    def resume_dispatch(self) -> None: ...
+
+    def set_liveness(self, live: Callable[[], bool]) -> None: ...
+
+    def stop_dispatching(self, states: list[PartitionState]) -> None: ...
+
+    def wait_drained(
+        self,
+        states: list[PartitionState],
+        timeout: float,
+        tick: Callable[[], None] | None = None,
+    ) -> bool: ...
+
+
+class Ownership(Protocol):
+    """Which records of a partition this member runs; the rest count as done on arrival.
+
+    Called on the poll thread, under the dispatcher's lock, once per admitted batch: the
+    returned predicate (or None for "every record") is then applied per record, so an owner
+    check costs nothing where nothing is filtered. It takes the offset as well as the key
+    because a range that changed hands resumes at its previous holder's cursor: records of it
+    below that cursor are done already, though this member reads them again.
+    """
+
+    def admission(self, state: PartitionState) -> Accepts | None: ...
+
+
+class DispatchHold(Protocol):
+    """Records a window released that must not start yet: in ``key_shared`` mode, records of
+    a key whose call in a fenced (removed) partition still runs (issue 24, defect 5).
+
+    Called under the dispatcher's lock, on whichever thread holds it; must not block. It is
+    false while it holds nothing, so the dispatcher asks nothing more on the common path.
+    """
+
+    def __bool__(self) -> bool: ...
+
+    def fenced(self, state: PartitionState, stragglers: list[Any]) -> None:
+        """``state`` was removed while these entries of it still counted as running."""
+
+    def admit(self, works: list[Work]) -> list[Work]:
+        """The works that may start now; the others wait, still counted as running."""
+        ...
+
+    def ended(self, state: PartitionState, entry: Any | None, idle: bool) -> list[Work]:
+        """An entry of a removed ``state`` stopped running (``idle``: nothing of it runs any
+        more); the works that may start now."""
+        ...
+
+    def withdraw(self, states: list[PartitionState]) -> list[Work]:
+        """These partitions stop dispatching: their waiting works, which will never start."""
+        ...
+
+
+class KeyFilterOwnership:
+    """Partition mode: the member owns every record of its partitions its key filters accept."""
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self._filter = KeyFilter(patterns)
+        self._accepts: Accepts | None = None
+        if not self._filter.accepts_all:
+            accepts_key = self._filter.accepts
+            self._accepts = lambda key, _offset: accepts_key(key)
+
+    def admission(self, state: PartitionState) -> Accepts | None:
+        return self._accepts

@@ -1,0 +1,52 @@
+"""The layers' import rules, read from the source: the runtime never talks to Kafka.
+
+``keyshared/runtime/`` runs handlers and keeps windows; if it imported confluent-kafka, the
+line between "what runs" and "what polls and commits" would be gone, and so would its
+broker-less test layer. ``keyshared/core/`` is stricter still: no I/O library and no threads.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "keyshared"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, wherever the import stands (``TYPE_CHECKING`` included)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def offenders(layer: str, forbidden: tuple[str, ...]) -> list[str]:
+    found = []
+    for path in sorted((PACKAGE / layer).rglob("*.py")):
+        for module in sorted(imported_modules(path)):
+            if module.split(".")[0] in forbidden or module.startswith(forbidden):
+                found.append(f"{path.relative_to(PACKAGE.parent)} imports {module}")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("layer", "forbidden"),
+    [
+        ("runtime", ("confluent_kafka",)),
+        ("core", ("confluent_kafka", "kazoo", "prometheus_client", "threading")),
+    ],
+)
+def test_a_layer_imports_nothing_it_must_not(layer: str, forbidden: tuple[str, ...]) -> None:
+    assert offenders(layer, forbidden) == []
+
+
+def test_the_check_sees_an_import(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("if TYPE_CHECKING:\n    import confluent_kafka\n")
+    assert "confluent_kafka" in imported_modules(module)
