@@ -18,7 +18,6 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from coordinator.modes.range_cursors import idle
 from keyshared.core.slots import SlotRange
 
 if TYPE_CHECKING:
@@ -62,9 +61,8 @@ class DeferredRebuild:
         if self._since is None or [id(s) for s in states] != [id(s) for s in self._states]:
             self._dispatcher.stop_dispatching(states)
             self._states = states
-        with self._dispatcher.lock:
-            if idle(states):
-                return False
+        if not self._dispatcher.running(states):
+            return False
         if self._since is None:
             self._since = time.monotonic()
             log.info("member %s reads its ranges again once they finish", self._member)
@@ -78,9 +76,8 @@ class DeferredRebuild:
         """Whether a re-read held back may run now (``tick``)."""
         if self._since is None:
             return False
-        with self._dispatcher.lock:
-            done = idle(self._states)
-            running = sum(state.running for state in self._states)
+        running = self._dispatcher.running(self._states)
+        done = not running
         if not done and not self._warned and time.monotonic() - self._since > self._drain_timeout:
             self._warned = True
             log.warning(

@@ -161,7 +161,7 @@ class ExclusiveMember:
     def join(self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents) -> None:
         self._consumer, self._events, self._topics = consumer, events, list(topics)
         self._committer = self._ctx.kafka_committer or Committer(
-            consumer, self._ctx.metrics, self._ctx.dispatcher.lock, lambda tp: events.states.get(tp)
+            consumer, self._ctx.metrics, self._ctx.dispatcher, lambda tp: events.states.get(tp)
         )
         self._gate.start()
         self._kafka.start()

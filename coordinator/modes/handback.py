@@ -103,8 +103,7 @@ class HandBack:
         not take it again yet (it would run their keys beside them)."""
         with self._lock:
             entries = [e for e in self._entries if e.holding.name == name]
-        with self._dispatcher.lock:
-            return any(e.holding.blocks_retake(_running(e.states)) for e in entries)
+        return any(e.holding.blocks_retake(self._dispatcher.running(e.states)) for e in entries)
 
     def unwritten(self) -> bool:
         """Whether a holding handed back still has cursors to write."""
@@ -131,8 +130,8 @@ class HandBack:
             if not entries:
                 return True
             connected = self._connected()
-            with self._dispatcher.lock:
-                steps = [(e, e.holding.step(_running(e.states), connected)) for e in entries]
+            running = self._dispatcher.running
+            steps = [(e, e.holding.step(running(e.states), connected)) for e in entries]
             for entry, step in steps:
                 if step is not Step.WAIT and self._follow(entry, step):
                     self._entries.remove(entry)
@@ -195,7 +194,3 @@ class HandBack:
 
 def gone() -> None:
     """The release of a holding whose znode went with the session: nothing to delete."""
-
-
-def _running(states: list[PartitionState]) -> int:
-    return sum(state.running for state in states)

@@ -22,9 +22,10 @@ from coordinator.errors import CoordinatorError, Fenced
 from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease, RangeLeases
 from coordinator.modes.handback import HandBack
-from coordinator.modes.range_cursors import Progress, cursors_for
+from coordinator.modes.range_cursors import cursors_for
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.slots import SlotRange
+from keyshared.runtime.dispatcher import Progress
 
 if TYPE_CHECKING:
     from keyshared.runtime.partition import PartitionState

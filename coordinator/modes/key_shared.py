@@ -41,7 +41,7 @@ from coordinator.modes.held_ranges import HeldRanges
 from coordinator.modes.kafka_liveness import KafkaLiveness, PlanWithdrawal
 from coordinator.modes.key_shared_stragglers import FencedKeys
 from coordinator.modes.lease_queue import LeaseQueue
-from coordinator.modes.range_cursors import partitions_of, token_lookup, window_progress
+from coordinator.modes.range_cursors import partitions_of, token_lookup
 from coordinator.modes.session_gate import SessionGate
 from coordinator.modes.topic_watch import TopicWatch
 from coordinator.modes.watermark_pass import LowWatermarkPass
@@ -223,7 +223,7 @@ class KeySharedMember:
         """Write each held range's cursor in every partition: one fenced transaction a range."""
         if not self._held or not states:
             return not self._held or not states
-        progress = window_progress(states, self._dispatcher.lock)
+        progress = self._dispatcher.progress(states)
         suspended = self._gate.suspended
         ok, fenced = self._held.write(progress, self._claims, force, suspended, self._reader.stamps)
         if fenced:

@@ -118,7 +118,7 @@ class PartitionLeaseMember(PartitionReleases):
         self.commits.bind(
             self._ctx.kafka_committer
             or Committer(
-                consumer, self._ctx.metrics, self._dispatcher.lock, lambda tp: events.states.get(tp)
+                consumer, self._ctx.metrics, self._dispatcher, lambda tp: events.states.get(tp)
             )
         )
         self._gate.start()

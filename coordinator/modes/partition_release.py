@@ -111,8 +111,7 @@ class PartitionReleases:
         lease = self._held.pop(tp)
         state = self._state.pop(tp, None)
         if state is not None:
-            with self._dispatcher.lock:
-                running = state.running
+            running = self._dispatcher.running([state])
             if running:
                 log.warning(
                     "%s: %d handler(s) still running after the drain; the lease is kept until "

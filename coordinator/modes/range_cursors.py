@@ -22,19 +22,16 @@ from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 
 if TYPE_CHECKING:
-    from keyshared.runtime.partition import PartitionState
+    pass
 
 __all__ = [
     "Decoded",
-    "Progress",
     "cursors_for",
     "describe_claims",
-    "idle",
     "low_watermarks",
     "partitions_of",
     "stored_cursors",
     "token_lookup",
-    "window_progress",
 ]
 
 log = logging.getLogger(__name__)
@@ -44,7 +41,6 @@ _CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per 
 _RESET_TO_END = ("latest", "end", "largest")
 
 
-Progress = tuple[TP, int, OffsetRuns, int]  # partition, safe cursor, finished above, seen end
 
 Decoded = dict[tuple[SlotRange, str, int], tuple[int, str, OffsetRuns]]
 """A member's decoded cursors of its last read: (range, topic, partition) -> (offset,
@@ -198,21 +194,6 @@ def token_lookup(
 ) -> Callable[[bytes | None, int], int | None]:
     """The fencing token of a record: its range's lease token (set on each record's Record)."""
     return lambda key, offset: claims.token_of(slot(key, offset))
-
-
-def window_progress(states: Iterable[PartitionState], lock: Any) -> list[Progress]:
-    """Each window's safe cursor, finished offsets above it and end, read under the
-    dispatcher's ``lock``: what a member's cursor writes are made of."""
-    with lock:
-        return [
-            (s.tp, s.window.safe_cursor, s.window.finished_above_cursor(), s.window.seen_end)
-            for s in states
-            if s.window is not None
-        ]
-
-
-def idle(states: list[PartitionState]) -> bool:
-    return all(state.running == 0 for state in states)
 
 
 def partitions_of(consumer: KafkaConsumer, topics: list[str], timeout: float) -> list[TP]:

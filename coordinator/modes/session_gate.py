@@ -15,18 +15,33 @@
   queued and a session it does not yet know is gone; kazoo tells it only after a round trip,
   and meanwhile its workers would start records that a new owner may already have run. Every
   round trip that succeeds proves the session alive for a while after it was sent, so dispatch
-  is allowed only within that window (found by the chaos suite).
+  is allowed only within that window.
+
+Each reason is a named hold on dispatch with one owner that takes and lifts it: the
+connection hold (``zookeeper-connection``) is taken by the session watcher and lifted by the
+poll thread as it applies RESUMED, LOST or RENEWED; the liveness hold
+(:data:`~keyshared.runtime.dispatcher.LIVENESS_HOLD`) is taken by dispatch itself when a record
+finds the member not live, and lifted by the prober after every round trip that leaves the
+member live, whether or not the hold was there and whenever the round trip was sent. So
+neither owner can lift the other's reason, and a hold never outlives the reason it was taken
+for: a prober that lifted only when its own probe had been sent outside the liveness window
+left a hold taken while a slow probe was in flight in place for good.
 
 A member that keeps running handlers past its session's expiry (started before the stall) is
 the one overlap this cannot prevent; it is why every record carries a fencing token (see
 ``docs/coordinator.md``).
 
-Three threads share the flags: the session watcher flags a loss and pauses dispatch, the
-prober reopens dispatch after a stall, the poll thread applies every event. The flags are one
-immutable value swapped under a lock, and each check-then-act (flag and pause; check and
-reopen) is one step under that lock: a prober that had seen the flags clear could otherwise
-reopen dispatch just after the watcher flagged the session lost (issue 24). ``live()`` is read
-by the dispatcher under its own lock, so it takes no lock (one float read).
+Three threads share the flags: the session watcher flags a loss and takes the connection
+hold, the prober lifts the liveness hold, the poll thread applies every event. The flags are
+one immutable value swapped under a lock, and each check-then-act (flag and take; check and
+lift) is one step under that lock. ``live()`` is read by the dispatcher under its own lock, so
+it takes no lock (one float read).
+
+State machine of the connection hold::
+
+    CONNECTED --SUSPENDED/LOST (watcher: take)--> HELD
+    HELD --RESUMED, not lost (poll thread: lift)--> CONNECTED
+    HELD --LOST (poll thread: fence, then lift)--> FENCED --RENEWED--> CONNECTED (rejoined)
 """
 
 from __future__ import annotations
@@ -43,17 +58,20 @@ from coordinator.session import SessionEvent, SessionState
 from keyshared.core.health import Role
 from keyshared.kafka.seams import PlugContext
 from keyshared.metrics import CoordinatorMetrics
+from keyshared.runtime.dispatcher import LIVENESS_HOLD
 
 if TYPE_CHECKING:
     from coordinator.modes.recipes import Recipes
     from coordinator.session import SessionWatcher
 
-__all__ = ["SessionGate"]
+__all__ = ["CONNECTION_HOLD", "SessionGate"]
 
 log = logging.getLogger(__name__)
 
 _ALIVE_FRACTION = 0.5  # a round trip proves the session for this share of its timeout
 _PROBE_FRACTION = 0.2  # probe this often (of the timeout): a stall of ~0.3 timeouts pauses
+
+CONNECTION_HOLD = "zookeeper-connection"  # taken by the session watcher, lifted by the poll thread
 
 
 class _Flags(NamedTuple):
@@ -68,6 +86,7 @@ class SessionGate:
     :param context: the consumer run.
     :param on_lost: fence everything (runs on the poll thread).
     :param on_renewed: rejoin after a loss (runs on the poll thread).
+    :param clock: the monotonic clock the liveness window is measured with.
     """
 
     def __init__(
@@ -76,8 +95,10 @@ class SessionGate:
         context: PlugContext,
         on_lost: Callable[[], None],
         on_renewed: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._zk = zk
+        self._clock = clock
         self._ctx = context
         self._on_lost = on_lost
         self._on_renewed = on_renewed
@@ -88,7 +109,7 @@ class SessionGate:
         timeout = zk.session_timeout
         self._alive_for = timeout * _ALIVE_FRACTION
         self._probe_every = timeout * _PROBE_FRACTION
-        self._alive_until = time.monotonic() + self._alive_for
+        self._alive_until = clock() + self._alive_for
         self._stopping = threading.Event()
         self._prober: threading.Thread | None = None
 
@@ -147,25 +168,31 @@ class SessionGate:
 
     def live(self) -> bool:
         """Whether a round trip to ZooKeeper succeeded recently enough to trust the session."""
-        return time.monotonic() < self._alive_until
+        return self._clock() < self._alive_until
 
     def _probe(self) -> None:
         """A cheap ZooKeeper read every ``session_timeout / 5``; each success extends the
-        window in which this member may start handlers, and reopens dispatch if a stall had
-        closed it."""
+        window in which this member may start handlers (:meth:`proved`)."""
         client = self._zk.client
         while not self._stopping.wait(self._probe_every):
-            sent = time.monotonic()
+            sent = self._clock()
             try:
                 client.exists("/")
             except Exception:
                 continue  # no proof this time; the session events say what happened
-            with self._lock:  # check and reopen in one step against the watcher's pause
-                was_live = sent < self._alive_until
-                self._alive_until = sent + self._alive_for
-                if not was_live and not (self.suspended or self.lost):
-                    log.info("ZooKeeper answers again: dispatch resumed")
-                    self._ctx.dispatcher.resume_dispatch()
+            self.proved(sent)
+
+    def proved(self, sent: float) -> None:
+        """A round trip sent at ``sent`` succeeded: the session lived then, so it lives for
+        ``alive_for`` after it. If the member is live now, lift the liveness hold, whether or
+        not one is in place: a hold may have been taken while this very probe was in flight.
+
+        Caller: the prober thread. Affects: the liveness window and the liveness hold.
+        """
+        with self._lock:
+            self._alive_until = max(self._alive_until, sent + self._alive_for)
+            if self.live() and self._ctx.dispatcher.lift_hold(LIVENESS_HOLD):
+                log.info("ZooKeeper answers again: dispatch resumed")
 
     def _on_event(self, event: SessionEvent) -> None:
         """On the session watcher's thread: act at once where it must, post the rest."""
@@ -179,7 +206,7 @@ class SessionGate:
                     flags.suspended or state is SessionState.SUSPENDED,
                     flags.lost or state is SessionState.LOST,
                 )
-                self._ctx.dispatcher.pause_dispatch()
+                self._ctx.dispatcher.take_hold(CONNECTION_HOLD)
         self._ctx.inbox.post(lambda: self._apply(state))
 
     def _apply(self, state: SessionState) -> None:
@@ -193,7 +220,7 @@ class SessionGate:
                 self._flags = self._flags._replace(suspended=False)
                 if self._flags.lost:
                     return  # a LOST flagged meanwhile is next in the inbox: it fences first
-                self._ctx.dispatcher.resume_dispatch()
+                self._ctx.dispatcher.lift_hold(CONNECTION_HOLD)
             self.metrics.session("connected")
             log.info("ZooKeeper connection back within the session: dispatch resumed")
         elif state is SessionState.LOST:
@@ -203,13 +230,13 @@ class SessionGate:
             self.metrics.fenced()
             log.error("ZooKeeper session expired: fencing, in-flight results are discarded")
             self._on_lost()
-            self._ctx.dispatcher.resume_dispatch()  # what was held belonged to the dropped work
+            self._ctx.dispatcher.lift_hold(CONNECTION_HOLD)  # what it held was the dropped work's
         elif state is SessionState.RENEWED:
             with self._lock:
                 self._flags = _Flags()
             self.metrics.session("connected")
             log.info("new ZooKeeper session: rejoining")
-            self._ctx.dispatcher.resume_dispatch()
+            self._ctx.dispatcher.lift_hold(CONNECTION_HOLD)
             self._on_renewed()
 
     def role(self, joined: bool) -> Role:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.dispatcher import Dispatcher
 from keyshared.runtime.partition import PartitionState
 
 __all__ = ["Backpressure"]
@@ -33,20 +33,12 @@ class Backpressure:
         self._metrics = metrics
         self.paused: set[TP] = set()
 
-    def apply(self, states: Mapping[TP, PartitionState], lock: threading.Lock) -> None:
-        pause: list[TopicPartition] = []
-        resume: list[TopicPartition] = []
-        with lock:
-            for tp, state in states.items():
-                window = state.window
-                if window is None:
-                    continue
-                if tp not in self.paused and window.should_pause():
-                    pause.append(TopicPartition(*tp))
-                    self.paused.add(tp)
-                elif tp in self.paused and window.should_resume():
-                    resume.append(TopicPartition(*tp))
-                    self.paused.discard(tp)
+    def apply(self, states: Mapping[TP, PartitionState], dispatcher: Dispatcher) -> None:
+        full, room = dispatcher.pressure(states, self.paused)
+        self.paused.update(full)
+        self.paused.difference_update(room)
+        pause = [TopicPartition(*tp) for tp in full]
+        resume = [TopicPartition(*tp) for tp in room]
         if pause:
             self._consumer.pause(pause)
             log.debug("paused %s: window full", [str(tp) for tp in pause])

@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from keyshared.core.offsets import encode_within
 from keyshared.kafka.kafka_consumer import KafkaConsumer
+from keyshared.runtime.control import DispatchControl
 from keyshared.runtime.partition import PartitionState
 
 __all__ = ["Committer"]
@@ -34,7 +35,7 @@ class Committer:
 
     :param consumer: the confluent-kafka consumer (used from the poll thread only).
     :param metrics: consumer-level metrics (commit outcomes, metadata size and overflow).
-    :param lock: the dispatcher's lock, held while reading windows.
+    :param dispatcher: whose windows are committed (read in one step per commit).
     :param lookup: the current state of a partition, for commit callbacks.
     :param max_metadata_bytes: the broker's ``offset.metadata.max.bytes`` (default 4096).
     """
@@ -43,33 +44,28 @@ class Committer:
         self,
         consumer: KafkaConsumer,
         metrics: Any,
-        lock: Any,
+        dispatcher: DispatchControl,
         lookup: Callable[[tuple[str, int]], PartitionState | None],
         max_metadata_bytes: int = 4000,
     ):
         self._consumer = consumer
         self._lookup = lookup
         self._metrics = metrics
-        self._lock = lock
+        self._dispatcher = dispatcher
         self._max_metadata_bytes = max_metadata_bytes
 
     def _offsets(
         self,
         states: Iterable[PartitionState],
         skip_unchanged: bool,
-        under_lock: Callable[[], None] | None = None,
+        taken: list[tuple[PartitionState, Any]] | None = None,
     ) -> list[TopicPartition]:
-        """The commits to send; ``under_lock`` runs in the snapshot's critical section (the
-        exactly-once committer takes the outputs of exactly the records it sees finished)."""
+        """The commits to send; with ``taken``, the outputs of exactly the records the
+        snapshot sees finished are added to it (the exactly-once committer)."""
         offsets = []
-        with self._lock:
-            snapshot = [
-                (s, s.window.safe_cursor, s.window.finished_above_cursor())
-                for s in states
-                if s.window is not None and s.rewound_to is None  # the old log's: never
-            ]
-            if under_lock is not None:
-                under_lock()
+        snapshot, outputs = self._dispatcher.commit_snapshot(states, taken is not None)
+        if taken is not None:
+            taken.extend(outputs)
         for state, cursor, finished in snapshot:
             metadata = ""
             if finished:

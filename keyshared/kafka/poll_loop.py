@@ -72,13 +72,13 @@ class PollLoop:
         self._stop = stop_event
         self._worker_depths = worker_depths
         self._nudge_workers = nudge_workers
-        self._committer = Committer(consumer, metrics, dispatcher.lock, self._state_of)
+        self._committer = Committer(consumer, metrics, dispatcher, self._state_of)
         self._membership = membership if membership is not None else KafkaGroupMembership()
         self._cursors: CursorStore = cursor_store if cursor_store is not None else self._committer
         self.inbox = inbox if inbox is not None else PollInbox()  # empty is falsy
         self.states: dict[TP, PartitionState] = {}
         self._backpressure = Backpressure(consumer, metrics)
-        self._rewinds = Rewinds(consumer, dispatcher.lock)
+        self._rewinds = Rewinds(consumer, dispatcher)
         self._sampler = LoopSampler(consumer, dispatcher, metrics, options, worker_depths)
         # For the health probes (read from the endpoint's thread; each is replaced whole):
         # when the loop last went round, and each partition's oldest unfinished record as of
@@ -138,7 +138,7 @@ class PollLoop:
             self._membership.tick()
             if self._rewinds:
                 self._backpressure.forget(self._rewinds.retry(self.states))
-            self._backpressure.apply(self.states, self._dispatcher.lock)
+            self._backpressure.apply(self.states, self._dispatcher)
             self._nudge_workers()
             now = self.last_iteration = time.monotonic()
             if now >= next_commit:

@@ -36,20 +36,7 @@ def observe_positions(
     consumer: KafkaConsumer, states: Mapping[TP, PartitionState], dispatcher: Dispatcher
 ) -> None:
     """Let the windows' cursors pass offsets the consumer skipped without delivering them."""
-    positions = _positions(consumer, states)
-    with dispatcher.lock:
-        for state, offset in positions:
-            if state.window is None:
-                # Nothing delivered since the assignment: a position equal to the one at the
-                # assignment may still be the previous fetch's.
-                if (
-                    state.committed is None
-                    or offset <= state.committed
-                    or offset == state.stale_position
-                ):
-                    continue
-                state.window = dispatcher.new_window(state, state.committed)
-            state.window.observe_position(offset)
+    dispatcher.observe_positions(_positions(consumer, states))
 
 
 def _positions(

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Mapping
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from keyshared.core.runs import EMPTY_RUNS
 from keyshared.kafka.kafka_consumer import KafkaConsumer
+from keyshared.runtime.dispatcher import Dispatcher
 from keyshared.runtime.partition import PartitionState
 
 __all__ = ["Rewinds"]
@@ -49,12 +49,12 @@ class Rewinds:
     """The partitions whose fetch went back, until each starts again.
 
     :param consumer: the poll loop's consumer (pause, seek, resume).
-    :param lock: the dispatcher's lock (guards ``running`` and the window).
+    :param dispatcher: whose window of the partition starts again.
     """
 
-    def __init__(self, consumer: KafkaConsumer, lock: threading.Lock) -> None:
+    def __init__(self, consumer: KafkaConsumer, dispatcher: Dispatcher) -> None:
         self._consumer = consumer
-        self._lock = lock
+        self._dispatcher = dispatcher
         self._pending: dict[TP, PartitionState] = {}
 
     def __bool__(self) -> bool:
@@ -85,6 +85,7 @@ class Rewinds:
         )
         state.rewound_to = first
         self._pending[state.tp] = state
+        self._dispatcher.rewinding(state)  # old-log records in a retry backoff never run again
         with contextlib.suppress(KafkaException, RuntimeError):
             self._consumer.pause([TopicPartition(*state.tp)])
 
@@ -96,12 +97,8 @@ class Rewinds:
             if states.get(tp) is not state or state.rewound_to is None:
                 del self._pending[tp]  # revoked or lost meanwhile: nothing left to start
                 continue
-            with self._lock:
-                if state.running:
-                    continue
-                state.window = None
-                state.blocked.clear()
-                state.blocked_unordered.clear()
+            if not self._dispatcher.restart(state):
+                continue
             offset, state.rewound_to = state.rewound_to, None
             state.committed, state.committed_metadata, state.commit_sent = None, "", None
             state.already_done = EMPTY_RUNS

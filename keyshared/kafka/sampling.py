@@ -69,21 +69,21 @@ class LoopSampler:
                     state.high_watermark = high
             except KafkaException:
                 pass
-            with self._dispatcher.lock:
-                window = state.window
-                blocker = window.blocker(now) if window is not None else None
-                state.metrics.update(
-                    in_flight=window.in_flight if window else 0,
-                    waiting=window.waiting if window else 0,
-                    busy_keys=window.busy_keys if window else 0,
-                    blocked_keys=len(state.blocked_keys()) + len(state.parked),
-                    paused=state.tp in paused,
-                    safe_cursor=window.safe_cursor if window else (state.committed or 0),
-                    committed=state.committed,
-                    high_watermark=state.high_watermark,
-                    oldest_incomplete_age=blocker.age if blocker else 0.0,
-                    hot_key_share=state.stats.hot_key_share(),
-                )
+            figures = self._dispatcher.figures(state, now)
+            blocker = figures.blocker
+            cursor = figures.safe_cursor
+            state.metrics.update(
+                in_flight=figures.in_flight,
+                waiting=figures.waiting,
+                busy_keys=figures.busy_keys,
+                blocked_keys=figures.blocked_keys,
+                paused=state.tp in paused,
+                safe_cursor=cursor if cursor is not None else (state.committed or 0),
+                committed=state.committed,
+                high_watermark=state.high_watermark,
+                oldest_incomplete_age=blocker.age if blocker else 0.0,
+                hot_key_share=state.stats.hot_key_share(),
+            )
             if blocker is not None:
                 oldest.append(StuckPartition(*state.tp, blocker.offset, blocker.age))
                 if blocker.age >= self._options.stuck_after:

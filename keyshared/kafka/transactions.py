@@ -45,6 +45,7 @@ from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents
+from keyshared.runtime.control import DispatchControl
 from keyshared.runtime.outputs import OutputMessage
 from keyshared.runtime.partition import PartitionState
 from keyshared.settings import ConsumerOptions
@@ -85,11 +86,11 @@ class TransactionalCommitter(Committer):
         self,
         consumer: KafkaConsumer,
         metrics: Any,
-        lock: Any,
+        dispatcher: DispatchControl,
         producer_config: dict[str, Any],
         reset_to_end: bool = False,
     ) -> None:
-        super().__init__(consumer, metrics, lock, self._lookup_state)
+        super().__init__(consumer, metrics, dispatcher, self._lookup_state)
         self._producer_config = producer_config
         self._reset_to_end = reset_to_end
         self._events: MembershipEvents | None = None
@@ -139,13 +140,7 @@ class TransactionalCommitter(Committer):
         if not self._ready():
             return False
         taken: Taken = []
-
-        def take() -> None:
-            for state in states:
-                if state.outputs.ready:
-                    taken.append((state, state.outputs.take()))
-
-        offsets = self._offsets(states, skip_unchanged, under_lock=take)
+        offsets = self._offsets(states, skip_unchanged, taken)
         if not self._dead_letter_topics_ready(states, taken):
             return False
         outputs = self._covered(taken)
@@ -201,9 +196,7 @@ class TransactionalCommitter(Committer):
                 self._metrics.commit(False)
                 log.error("dead letters to %r cannot be written, holding the commit: %s",
                           topic, exc)  # fmt: skip
-                with self._lock:
-                    for state, items in taken:
-                        state.outputs.give_back(items)
+                self._dispatcher.return_outputs(taken)
                 for state in states:
                     state.commit_sent = None  # resend on the next try
                 return False
@@ -226,8 +219,7 @@ class TransactionalCommitter(Committer):
                         continue
                 outputs.extend(messages)
             if kept:
-                with self._lock:
-                    state.outputs.give_back(kept)
+                self._dispatcher.return_outputs([(state, kept)])
         return outputs
 
     def _produce(self, message: OutputMessage) -> None:
@@ -369,7 +361,7 @@ def transactional_store(
     kafka_config: dict[str, Any],
     options: ConsumerOptions,
     metrics: Any,
-    dispatcher: Any,
+    dispatcher: DispatchControl,
 ) -> TransactionalCommitter | None:
     """The exactly-once cursor store, or None for an at-least-once consumer.
 
@@ -387,7 +379,7 @@ def transactional_store(
     return TransactionalCommitter(
         consumer,
         metrics,
-        dispatcher.lock,
+        dispatcher,
         producer_config(kafka_config, txn_id),
         reset_to_end=reset in ("latest", "largest", "end"),
     )

@@ -7,11 +7,11 @@ only way between the two, so the dispatcher's lock never leaves the dispatcher.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from keyshared.core.filters import KeyFilter
+from keyshared.core.runs import OffsetRuns
 
 if TYPE_CHECKING:
     from keyshared.runtime.partition import PartitionState
@@ -23,17 +23,30 @@ Work = tuple["PartitionState", Any]
 
 
 class DispatchControl(Protocol):
-    """What a coordinator may do with the dispatcher (the only code that touches windows):
-    hold or release dispatch, stop partitions, wait for their drain, fence it by liveness.
-    ``lock`` is the dispatcher's: a coordinator reads window state only under it."""
-
-    lock: threading.Lock
+    """What the modes and the committers may ask of the dispatcher (the only code that
+    touches windows, and the only holder of their lock): take and lift named holds on
+    dispatch, stop partitions, wait for their drain, fence dispatch by liveness, and read what
+    runs and what may be committed, each in one step."""
 
     def use_hold(self, hold: DispatchHold) -> None: ...
 
-    def pause_dispatch(self) -> None: ...
+    def take_hold(self, name: str) -> None: ...
 
-    def resume_dispatch(self) -> None: ...
+    def lift_hold(self, name: str) -> bool: ...
+
+    def holds(self) -> dict[str, float]: ...
+
+    def running(self, states: Iterable[PartitionState]) -> int: ...
+
+    def progress(
+        self, states: Iterable[PartitionState]
+    ) -> list[tuple[tuple[str, int], int, OffsetRuns, int]]: ...
+
+    def commit_snapshot(
+        self, states: Iterable[PartitionState], take_outputs: bool = False
+    ) -> tuple[list[tuple[PartitionState, int, OffsetRuns]], list[tuple[PartitionState, Any]]]: ...
+
+    def return_outputs(self, taken: Iterable[tuple[PartitionState, Any]]) -> None: ...
 
     def set_liveness(self, live: Callable[[], bool]) -> None: ...
 

@@ -1,8 +1,24 @@
 """Moves records from the poll thread through the windows to the workers and back.
 
-The dispatcher is the only code that touches the windows, always under one lock: the poll thread
-admits records, workers report outcomes, the scheduler re-dispatches retries. Everything it does
-under the lock is bookkeeping; handlers, DLQ writes and key-state writes run outside it.
+The dispatcher is the only code that touches the windows, and its lock never leaves it: the
+poll thread admits records, workers report outcomes, the scheduler re-dispatches retries, and
+everyone else (the committers, the samplers, the modes) asks it for what they need through one
+of its methods, each marked with who calls it and what it affects. Everything it does under the
+lock is bookkeeping; handlers, DLQ writes and key-state writes run outside it.
+
+When a ready record may not start yet:
+
+- **holds**: named tokens (``zookeeper-connection``, ``zookeeper-liveness``, ...). While any is
+  in place nothing starts; what becomes ready queues, in order, until the last is lifted. Whoever
+  takes a hold lifts it; :meth:`Dispatcher.holds` names them and their age for ``/readyz``, the
+  metrics and logs;
+- **liveness**: a coordinator's "may I still run?"; a record found not live takes the
+  ``zookeeper-liveness`` hold, which the coordinator lifts on its next proof of life;
+- **fenced keys** (``key_shared``): a record whose key still has a call running in a removed
+  partition state waits for that call, alone; the other keys go on.
+
+A record waiting out its retry backoff counts as running (its key is busy and its window may
+not be replaced under it) until it runs again or its partition stops dispatching.
 """
 
 from __future__ import annotations
@@ -11,19 +27,24 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from keyshared.core.entry import CursorBlocker
 from keyshared.core.modes import Mode
 from keyshared.core.ring import WorkerRing
+from keyshared.core.runs import OffsetRuns
 from keyshared.core.split_keys import SplitKeyDetector
 from keyshared.core.window import Entry, InFlightWindow
 from keyshared.runtime.control import Accepts, KeyFilterOwnership, Ownership
-from keyshared.runtime.dispatch_gate import DispatchGate
 from keyshared.runtime.partition import Blocked, PartitionState, Phase
 from keyshared.settings import ConsumerOptions
 
-__all__ = ["Dispatcher", "Work"]
+if TYPE_CHECKING:
+    from keyshared.runtime.control import DispatchHold
+
+__all__ = ["LIVENESS_HOLD", "Dispatcher", "Progress", "WindowFigures", "Work"]
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +57,27 @@ _SAMPLE_WEIGHT = 8.0
 _WORKER_CACHE_SIZE = 1 << 16
 _DRAIN_TICK = 0.005  # seconds between the poll loop's care while a drain waits
 
+LIVENESS_HOLD = "zookeeper-liveness"  # taken by dispatch, lifted by the liveness owner
 
-class Dispatcher(DispatchGate):
-    """Admission, dispatch, completion, release and drain of every assigned partition.
+TP = tuple[str, int]
+Progress = tuple[TP, int, OffsetRuns, int]  # (partition, safe cursor, finished above, seen end)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowFigures:
+    """One window's gauges, read in one step (:meth:`Dispatcher.figures`)."""
+
+    in_flight: int
+    waiting: int
+    busy_keys: int
+    blocked_keys: int
+    safe_cursor: int | None
+    blocker: CursorBlocker | None
+
+
+class Dispatcher:
+    """Admission, dispatch, completion, release and drain of every assigned partition; the
+    one owner of the windows, their lock and the holds on dispatch (see the module).
 
     :param options: the consumer's options (window sizes, filters, null-key ordering, mode).
     :param workers: how many workers the ring spreads keys over.
@@ -60,7 +99,10 @@ class Dispatcher(DispatchGate):
         self._ring = WorkerRing(range(workers))
         self._ownership = ownership or KeyFilterOwnership(options.key_filters)
         self._serial = options.mode is Mode.EXCLUSIVE  # one ordered lane per partition
-        super().__init__()  # the pause, the liveness check and the hold (dispatch_gate.py)
+        self._holds: dict[str, float] = {}  # name -> monotonic time it was taken
+        self._held: list[tuple[int, list[Work]]] | None = None  # ready while a hold is in place
+        self._live: Callable[[], bool] | None = None  # a coordinator's "may I still run?"
+        self._fenced: DispatchHold | None = None  # keys waiting for their fenced calls
         self._submit = submit
         self._on_draining = on_draining
         self._round_robin = itertools.cycle(range(workers))
@@ -69,8 +111,8 @@ class Dispatcher(DispatchGate):
         # Keys seen in two partitions of a topic (mixed producer partitioners); sampled by
         # key hash, reported by the poll loop with the gauges (see core.split_keys).
         self.split_keys = SplitKeyDetector()
-        self.lock = threading.Lock()
-        self._idle = threading.Condition(self.lock)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
 
     def use_ownership(self, ownership: Ownership) -> None:
         """Decide ownership with ``ownership`` from now on (wired before the first record)."""
@@ -108,7 +150,7 @@ class Dispatcher(DispatchGate):
         hash_of = hash  # a local: saves the builtins lookup per record
         ready: dict[int, list[Work]] = {}
         started = 0
-        with self.lock:
+        with self._lock:
             if state.phase is not Phase.ACTIVE:
                 self._give_back(state, messages)
                 return
@@ -189,12 +231,12 @@ class Dispatcher(DispatchGate):
         worker with more records to run is better off running them than queueing on the lock
         (and handing the GIL around) while the poll thread admits a batch.
         """
-        if not self.lock.acquire(blocking=wait):
+        if not self._lock.acquire(blocking=wait):
             return False
         try:
             self._finish_locked(works)
         finally:
-            self.lock.release()
+            self._lock.release()
         return True
 
     def _finish_locked(self, works: list[Work]) -> None:
@@ -238,7 +280,7 @@ class Dispatcher(DispatchGate):
     def abandon(self, state: PartitionState, entry: Entry[Any] | None = None) -> None:
         """A worker will not run an entry of a partition that is no longer active (or a DLQ
         or key-state write of one was abandoned)."""
-        with self.lock:
+        with self._lock:
             state.running -= 1
             self._idle.notify_all()
             self._ended(state, entry)
@@ -253,25 +295,49 @@ class Dispatcher(DispatchGate):
         delay: float,
         call_later: Callable[[float, Callable[[], None]], None],
     ) -> None:
-        """Keep the key blocked while the entry waits out its backoff off the workers."""
-        with self.lock:
-            state.running -= 1
+        """Keep the key busy while the entry waits out its backoff off the workers.
+
+        Caller: a worker whose call failed with attempts left. Affects: the entry stays
+        counted as running (its window is not replaced under it) and is remembered in
+        ``state.backing_off`` until it runs again or its partition stops dispatching, which
+        withdraws it (:meth:`_withdraw_retries`): a timer that fires after that finds it gone.
+        """
+        with self._lock:
             entry.attempt += 1
             if state.phase is not Phase.ACTIVE:
+                state.running -= 1
                 self._idle.notify_all()
                 self._ended(state, entry)
                 return
+            state.backing_off[id(entry)] = entry
         call_later(delay, lambda: self._redispatch(state, entry))
 
     def _redispatch(self, state: PartitionState, entry: Entry[Any]) -> None:
-        with self.lock:
+        with self._lock:
+            if state.backing_off.pop(id(entry), None) is None:
+                return  # withdrawn: its partition stopped dispatching or started again
             if state.phase is Phase.ACTIVE:
-                state.running += 1
                 self._dispatch(entry.worker, [(state, entry)])
+                return
+            state.running -= 1
+            self._idle.notify_all()
+            self._ended(state, entry)
+
+    def _withdraw_retries(self, state: PartitionState) -> set[int]:
+        """Entries of ``state`` waiting out a backoff will not run again here (lock held):
+        they stop counting as running. Returns their ids."""
+        waiting = state.backing_off
+        if not waiting:
+            return set()
+        ids = set(waiting)
+        state.running -= len(waiting)
+        waiting.clear()
+        self._idle.notify_all()
+        return ids
 
     def block(self, state: PartitionState, entry: Entry[Any], error: str) -> None:
         """Hold the entry (and so its key and the cursor) until an operator releases it."""
-        with self.lock:
+        with self._lock:
             state.running -= 1
             blocked = Blocked(entry, error, time.time())
             if entry.ordered:
@@ -281,6 +347,16 @@ class Dispatcher(DispatchGate):
             self._idle.notify_all()
             self._ended(state, entry)
 
+    def park(self, state: PartitionState, entry: Entry[Any]) -> None:
+        """The entry's dead letter and its key's park are durable: its key's later records
+        follow it into the DLQ, and the entry is finished.
+
+        Caller: the executor, once the key-state store confirmed the park. Affects: the
+        partition's parked keys, then what :meth:`finish` affects.
+        """
+        with self._lock:
+            state.parked.add(entry.key)
+        self.finish(state, entry)
     def release(self, state: PartitionState, key: bytes | None, *, retry: bool) -> str | None:
         """Release a blocked or parked key; say what was released, or None if neither.
 
@@ -289,7 +365,7 @@ class Dispatcher(DispatchGate):
         still incomplete, so the next owner gets it again. Releasing the null key releases
         every blocked unordered null-key record of the partition.
         """
-        with self.lock:
+        with self._lock:
             released = "parked" if key in state.parked else None
             state.parked.discard(key)
             entries = []
@@ -314,12 +390,281 @@ class Dispatcher(DispatchGate):
         return "blocked"
 
     # -- rebalance ---------------------------------------------------------------------------
+    # -- holds on dispatch ---------------------------------------------------------------------
+
+    def take_hold(self, name: str) -> None:
+        """Start nothing new until ``name`` is lifted; records keep being admitted and queue
+        up in their keys' order. Handlers already running finish as usual.
+
+        Caller: whoever owns the reason (a coordinator that lost its ZooKeeper connection, the
+        dispatch path itself when the liveness check fails). Affects: dispatch, for every
+        partition, until every hold is lifted. Taking a hold already in place changes nothing.
+        """
+        with self._lock:
+            self._take_hold(name)
+
+    def _take_hold(self, name: str) -> None:
+        if name not in self._holds:
+            self._holds[name] = time.monotonic()
+            if self._held is None:
+                self._held = []
+
+    def lift_hold(self, name: str) -> bool:
+        """Lift ``name``; once no hold is left, hand over everything that queued, in the order
+        it became ready. Returns whether ``name`` was in place.
+
+        Caller: the owner of the hold. Affects: dispatch. Lifting a hold not in place changes
+        nothing, so an owner may lift whenever its reason is gone without asking first.
+        """
+        with self._lock:
+            if self._holds.pop(name, None) is None:
+                return False
+            if not self._holds:
+                held, self._held = self._held, None
+                for worker, works in held or ():
+                    self._submit(worker, works)
+            return True
+
+    def holds(self) -> dict[str, float]:
+        """The holds in place and how long each has been (seconds).
+
+        Caller: probes, metrics and logs, on any thread. Affects: nothing.
+        """
+        now = time.monotonic()
+        with self._lock:
+            return {name: now - since for name, since in self._holds.items()}
+
+    def set_liveness(self, live: Callable[[], bool]) -> None:
+        """Start nothing while ``live()`` is False: a record that becomes ready then takes the
+        :data:`LIVENESS_HOLD`, which the owner of ``live`` lifts once it is sure again.
+
+        Caller: a coordinator, before the first record. Affects: dispatch.
+        """
+        self._live = live
+
+    def live(self) -> bool:
+        live = self._live
+        return live is None or live()
+
+    def defer(self, state: PartitionState, entry: Entry[Any]) -> None:
+        """A worker found the member not live as it was about to run ``entry``: hold it (still
+        counted as running) until the liveness hold is lifted.
+
+        Caller: a worker. Affects: the hold and the queue of held records.
+        """
+        with self._lock:
+            self._take_hold(LIVENESS_HOLD)
+            assert self._held is not None
+            self._held.append((entry.worker, [(state, entry)]))
+
+    def use_hold(self, hold: DispatchHold) -> None:
+        """Let ``hold`` keep released records from starting (wired before the first record):
+        every removed partition's running entries are reported to it, and every end of one."""
+        self._fenced = hold
+
+    def _dispatch(self, worker: int, works: list[Work]) -> None:
+        """Hand ready records to a worker, or queue them while a hold is in place (lock held)."""
+        fenced = self._fenced
+        if fenced is not None and fenced:  # a fenced call of their key still runs: they wait
+            works = fenced.admit(works)
+            if not works:
+                return
+        if self._held is None and self._live is not None and not self._live():
+            self._take_hold(LIVENESS_HOLD)
+        if self._held is not None:
+            self._held.append((worker, works))
+        else:
+            self._submit(worker, works)
+
+    def _ended(self, state: PartitionState, entry: Entry[Any] | None) -> None:
+        """An entry of a partition no longer active stopped running (lock held): start what
+        waited for it."""
+        fenced = self._fenced
+        if fenced is None or not fenced or state.phase is not Phase.GONE:
+            return
+        for work in fenced.ended(state, entry, state.running <= 0):
+            self._dispatch(work[1].worker, [work])
+
+    def _drop_held(self, states: list[PartitionState]) -> set[int]:
+        """Held records of partitions that stop dispatching never run: they stay incomplete in
+        their windows (so no cursor passes them) and stop counting as running. Returns the
+        ids of their entries."""
+        stopping = {id(state) for state in states}
+        assert self._held is not None
+        kept: list[tuple[int, list[Work]]] = []
+        dropped: set[int] = set()
+        for worker, works in self._held:
+            remaining = [work for work in works if id(work[0]) not in stopping]
+            for state, entry in works:
+                if id(state) in stopping:
+                    state.running -= 1
+                    dropped.add(id(entry))
+            if remaining:
+                kept.append((worker, remaining))
+        self._held = kept
+        self._idle.notify_all()
+        return dropped
+
+    def _withdraw(self, states: list[PartitionState]) -> None:
+        """Records of partitions that stop dispatching, waiting for a fenced call, never run."""
+        fenced = self._fenced
+        if fenced is not None:
+            for state, _entry in fenced.withdraw(states):
+                state.running -= 1
+            self._idle.notify_all()
+
+    # -- what the rest of the consumer reads ---------------------------------------------------
+
+    def running(self, states: Iterable[PartitionState]) -> int:
+        """How many entries of ``states`` a worker, a write or a backoff still holds.
+
+        Caller: drains and hand-backs (modes, poll loop), any thread. Affects: nothing.
+        """
+        with self._lock:
+            return sum(state.running for state in states)
+
+    def progress(self, states: Iterable[PartitionState]) -> list[Progress]:
+        """Each window's safe cursor, finished offsets above it and end, in one step: what a
+        ``key_shared`` member's cursor writes are made of.
+
+        Caller: a mode's cursor writer. Affects: nothing.
+        """
+        with self._lock:
+            return [
+                (s.tp, s.window.safe_cursor, s.window.finished_above_cursor(), s.window.seen_end)
+                for s in states
+                if s.window is not None
+            ]
+
+    def commit_snapshot(
+        self,
+        states: Iterable[PartitionState],
+        take_outputs: bool = False,
+    ) -> tuple[list[tuple[PartitionState, int, OffsetRuns]], list[tuple[PartitionState, Any]]]:
+        """Each committable window's safe cursor and finished offsets above it, and (with
+        ``take_outputs``) the exactly-once outputs of exactly the records seen finished, all
+        in one step. A partition whose fetch went back is left out: its window is the old
+        log's.
+
+        Caller: the committers, on the poll thread. Affects: with ``take_outputs``, the
+        partitions' ready outputs move to the caller.
+        """
+        taken: list[tuple[PartitionState, Any]] = []
+        with self._lock:
+            snapshot = [
+                (s, s.window.safe_cursor, s.window.finished_above_cursor())
+                for s in states
+                if s.window is not None and s.rewound_to is None
+            ]
+            if take_outputs:
+                for state, _cursor, _finished in snapshot:
+                    if state.outputs.ready:
+                        taken.append((state, state.outputs.take()))
+        return snapshot, taken
+
+    def return_outputs(self, taken: Iterable[tuple[PartitionState, Any]]) -> None:
+        """Outputs taken by :meth:`commit_snapshot` that this commit does not carry go back
+        to wait for a later one, ahead of any made ready since.
+
+        Caller: the exactly-once committer, on the poll thread. Affects: the partitions'
+        ready outputs.
+        """
+        with self._lock:
+            for state, items in taken:
+                state.outputs.give_back(items)
+
+    def figures(self, state: PartitionState, now: float) -> WindowFigures:
+        """The gauges of ``state``'s window in one step.
+
+        Caller: the poll loop's sampler. Affects: nothing.
+        """
+        with self._lock:
+            window = state.window
+            blocked = len(state.blocked_keys()) + len(state.parked)
+            if window is None:
+                return WindowFigures(0, 0, 0, blocked, None, None)
+            return WindowFigures(
+                window.in_flight,
+                window.waiting,
+                window.busy_keys,
+                blocked,
+                window.safe_cursor,
+                window.blocker(now),
+            )
+
+    def pressure(
+        self, states: Mapping[TP, PartitionState], paused: set[TP]
+    ) -> tuple[list[TP], list[TP]]:
+        """Which partitions' windows are full (to pause) and which of ``paused`` have room
+        again (to resume).
+
+        Caller: the poll loop's backpressure. Affects: nothing (the caller pauses).
+        """
+        pause: list[TP] = []
+        resume: list[TP] = []
+        with self._lock:
+            for tp, state in states.items():
+                window = state.window
+                if window is None:
+                    continue
+                if tp not in paused and window.should_pause():
+                    pause.append(tp)
+                elif tp in paused and window.should_resume():
+                    resume.append(tp)
+        return pause, resume
+
+    def observe_positions(self, positions: Iterable[tuple[PartitionState, int]]) -> None:
+        """Let the windows' cursors pass offsets the consumer skipped without delivering them
+        (transaction markers, compacted records).
+
+        Caller: the poll loop. Affects: the windows' cursors.
+        """
+        with self._lock:
+            for state, offset in positions:
+                if state.window is None:
+                    # Nothing delivered since the assignment: a position equal to the one at
+                    # the assignment may still be the previous fetch's.
+                    if (
+                        state.committed is None
+                        or offset <= state.committed
+                        or offset == state.stale_position
+                    ):
+                        continue
+                    state.window = self.new_window(state, state.committed)
+                state.window.observe_position(offset)
+
+    # -- rebalance and restarts ----------------------------------------------------------------
+
+    def rewinding(self, state: PartitionState) -> None:
+        """``state``'s fetch went back (a recreated topic, a truncated log): records of the old
+        log waiting out a retry backoff will not run again.
+
+        Caller: the poll loop's rewinds. Affects: ``state``'s running count and backoffs.
+        """
+        with self._lock:
+            self._withdraw_retries(state)
+
+    def restart(self, state: PartitionState) -> bool:
+        """Start ``state`` again with no window, once nothing of the old one runs; False (and
+        nothing changed) while something does.
+
+        Caller: the poll loop's rewinds. Affects: ``state``'s window, blocks and backoffs.
+        """
+        with self._lock:
+            self._withdraw_retries(state)
+            if state.running:
+                return False
+            state.window = None
+            state.blocked.clear()
+            state.blocked_unordered.clear()
+            return True
 
     def stop_dispatching(self, states: list[PartitionState]) -> None:
-        with self.lock:
+        with self._lock:
             for state in states:
                 if state.phase is Phase.ACTIVE:
                     state.phase = Phase.DRAINING
+                self._withdraw_retries(state)
             if self._held:
                 self._drop_held(states)
             self._withdraw(states)
@@ -341,7 +686,7 @@ class Dispatcher(DispatchGate):
         """
         deadline = time.monotonic() + timeout
         while True:
-            with self.lock:
+            with self._lock:
                 remaining = deadline - time.monotonic()
                 if not any(s.running > 0 for s in states):
                     return True
@@ -353,22 +698,23 @@ class Dispatcher(DispatchGate):
 
     def remove(self, states: Iterable[PartitionState]) -> None:
         """The partitions are gone: results still to come are discarded. Calls of theirs still
-        running are reported to the hold, which keeps their keys from starting again here
-        until they end."""
+        running are reported to the fenced-keys hold, which keeps their keys from starting
+        again here until they end."""
         states = list(states)
-        hold = self._hold
-        with self.lock:
+        fenced = self._fenced
+        with self._lock:
             dropped = self._drop_held(states) if self._held else set()
             self._withdraw(states)
             for state in states:
                 state.phase = Phase.GONE
+                dropped |= self._withdraw_retries(state)
                 if state.window is None:
                     continue
                 drain = state.window.remove()
-                if hold is not None and state.running > 0:
-                    # In flight but not running: dropped from the paused queue, or blocked
-                    # (a record in its backoff stays counted until its source is idle).
+                if fenced is not None and state.running > 0:
+                    # In flight but not running: dropped from the held queue, blocked, or
+                    # withdrawn from a backoff.
                     idle = dropped | {id(b.entry) for b in state.blocked.values()}
                     idle |= {id(b.entry) for b in state.blocked_unordered.values()}
-                    hold.fenced(state, [e for e in drain.in_flight if id(e) not in idle])
+                    fenced.fenced(state, [e for e in drain.in_flight if id(e) not in idle])
             self._idle.notify_all()

@@ -278,10 +278,8 @@ class RecordExecutor:
         state.metrics.dead_lettered.inc()
 
         def durable() -> None:
-            with self._dispatcher.lock:
-                state.parked.add(entry.key)
             state.metrics.parked.inc()
-            self._dispatcher.finish(state, entry)
+            self._dispatcher.park(state, entry)
 
         assert self._keystate is not None
         self._keystate.park(

@@ -121,7 +121,8 @@ class PartitionState:
     # -- dispatcher lock
     window: InFlightWindow[Any] | None = None  # created at the first record if no commit
     phase: Phase = Phase.ACTIVE
-    running: int = 0  # entries owned by a worker, a DLQ write or a key-state write
+    running: int = 0  # entries owned by a worker, a write, a backoff or a hold
+    backing_off: dict[int, Entry[Any]] = field(default_factory=dict)  # by id: in retry backoff
     blocked: dict[bytes | None, Blocked] = field(default_factory=dict)  # ordered keys
     blocked_unordered: dict[int, Blocked] = field(default_factory=dict)  # null keys, by offset
     parked: set[bytes | None] = field(default_factory=set)

@@ -36,7 +36,7 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
     """A member whose plan wants RANGES, ``waiting`` of them not granted yet."""
     m = KeySharedMember.__new__(KeySharedMember)
     rebuilds: list[int] = []
-    hand_back = HandBack(SimpleNamespace(lock=None), lambda: True)  # type: ignore[arg-type]
+    hand_back = HandBack(SimpleNamespace(running=lambda _states: 0), lambda: True)  # type: ignore[arg-type]
     fields: dict[str, Any] = {
         "_closing": False,
         "_gate": SimpleNamespace(lost=False, suspended=False),
@@ -46,7 +46,7 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
         "_regain_at": None,
         "_queue": Queue(waiting),
         "_group": "g",
-        "_dispatcher": SimpleNamespace(lock=None),  # nothing given up: never taken
+        "_dispatcher": SimpleNamespace(running=lambda _states: 0),  # nothing given up: never taken
         "_deferred": SimpleNamespace(ready=lambda: False),  # no re-read waiting for records
         "_topics": SimpleNamespace(changed=lambda: False),  # no partition added meanwhile
         "_membership": None,  # not joined: the Kafka probe's check has nothing to leave

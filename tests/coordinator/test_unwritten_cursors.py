@@ -44,7 +44,7 @@ def held_ranges(log: list[str], *writers: Writer) -> HeldRanges:
     """Ranges 0-99, 100-199, ... held, each with the next of ``writers``."""
     leases = SimpleNamespace(release=lambda lease: log.append("released"))
     queue = list(writers)
-    hand_back = HandBack(SimpleNamespace(lock=_NoLock()), lambda: True)  # type: ignore[arg-type]
+    hand_back = HandBack(_NoDispatcher(), lambda: True)  # type: ignore[arg-type]
     held = HeldRanges(leases, lambda lease: queue.pop(0), lambda: None, hand_back)  # type: ignore[arg-type, return-value]
     for i in range(len(writers)):
         slots = SlotRange(100 * i, 100 * i + 99)
@@ -73,7 +73,7 @@ def member(log: list[str], *writers: Writer) -> KeySharedMember:
         "_generation": 1,
         "_desired": (),
         "_queue": SimpleNamespace(queue_missing=lambda *args: True),
-        "_dispatcher": SimpleNamespace(lock=_NoLock()),
+        "_dispatcher": _NoDispatcher(),
     }
     for name, value in fields.items():
         setattr(m, name, value)
@@ -86,12 +86,11 @@ def member(log: list[str], *writers: Writer) -> KeySharedMember:
     return m
 
 
-class _NoLock:
-    def __enter__(self) -> None:
-        return None
+class _NoDispatcher:
+    """Nothing runs: every holding is idle."""
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+    def running(self, _states: object) -> int:
+        return 0
 
 
 def test_stored_cursors_are_not_read_while_newer_ones_are_unwritten() -> None:

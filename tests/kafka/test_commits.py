@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import uuid
 
 import pytest
@@ -20,7 +19,9 @@ from keyshared.core.offsets import decode_finished
 from keyshared.core.window import InFlightWindow
 from keyshared.kafka.commits import Committer
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.dispatcher import Dispatcher
 from keyshared.runtime.partition import PartitionState
+from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import FakeConsumer
 
 
@@ -37,7 +38,7 @@ class Desk:
         self.committer = Committer(
             self.fake,
             self.metrics,
-            threading.Lock(),
+            Dispatcher(ConsumerOptions(), 1, lambda _w, _works: None),
             lambda tp: self.state if tp == self.state.tp else None,
             max_metadata_bytes=max_metadata_bytes,
         )

@@ -8,7 +8,7 @@ running consumer, in partition and ``key_shared`` mode).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import records
@@ -78,3 +78,42 @@ def test_records_still_running_end_before_the_partition_starts_again() -> None:
     after = _commits_of_t0(h)[len(commits_before) :]
     assert 5 not in after, "the old log's cursor was committed after the fetch went back"
     assert h.committed(0) == 2
+
+
+def test_a_record_in_its_retry_backoff_never_runs_in_the_new_log() -> None:
+    """A record of the old log waits out its retry backoff when the fetch goes back: it is
+    withdrawn with its window. Before, it was counted by nobody: the partition started again
+    at once, and when the backoff ended the old entry was dispatched beside the new log's
+    record of the same key (two calls of one key at once, the new window's bookkeeping
+    corrupted)."""
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01))
+    timers: list[Callable[[], None]] = []
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(records("t", 0, [(0, b"K"), (1, b"K")]))
+    h.fake.then_wait_for(lambda: h.offsets() == [(0, 0)])
+
+    def fail_into_backoff() -> None:
+        state, entry = h.take(0)
+        h.dispatcher.retry_later(state, entry, 12.8, lambda _delay, fire: timers.append(fire))
+
+    h.fake.then(fail_into_backoff)
+    h.fake.then_deliver(records("t", 0, [(0, b"K")]))  # the fetch goes back: a new log
+    h.fake.then_wait_for(lambda: bool(h.fake.seeks))
+    h.fake.then_deliver(records("t", 0, [(0, b"K"), (1, b"K")]))
+    h.fake.then_wait_for(lambda: h.offsets() == [(0, 0)])
+    after_backoff: list[list[tuple[int, int]]] = []
+
+    def backoff_ends() -> None:
+        for fire in timers:
+            fire()
+        after_backoff.append(h.offsets())
+
+    h.fake.then(backoff_ends)
+    h.fake.then(lambda: h.finish(0))
+    h.fake.then_wait_for(lambda: h.offsets() == [(0, 1)])
+    h.fake.then(lambda: h.finish(1))
+    h.fake.then_wait_for(lambda: h.committed(0) == 2)
+    h.fake.then(h.stop.set)
+    h.run()
+    assert after_backoff == [[(0, 0)]], "the old log's record ran beside the new log's"
+    assert h.state_of(0) is None or h.state_of(0).running == 0

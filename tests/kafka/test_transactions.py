@@ -7,7 +7,6 @@ A scripted producer records every call; windows are driven by hand. The real-bro
 
 from __future__ import annotations
 
-import threading
 import uuid
 from typing import Any
 
@@ -18,8 +17,10 @@ from keyshared.core.window import InFlightWindow
 from keyshared.kafka import transactions
 from keyshared.kafka.transactions import TransactionalCommitter
 from keyshared.metrics import ConsumerMetrics
+from keyshared.runtime.dispatcher import Dispatcher
 from keyshared.runtime.outputs import OutputMessage
 from keyshared.runtime.partition import PartitionState
+from keyshared.settings import ConsumerOptions
 
 
 class FakeProducer:
@@ -112,7 +113,10 @@ def desk(monkeypatch: pytest.MonkeyPatch) -> Any:
     state.window = InFlightWindow(start_offset=0, max_window=100, per_worker_capacity=100)
     consumer = FakeConsumer()
     committer = TransactionalCommitter(
-        consumer, metrics, threading.Lock(), {"transactional.id": "x"}
+        consumer,
+        metrics,
+        Dispatcher(ConsumerOptions(), 1, lambda _w, _works: None),
+        {"transactional.id": "x"},
     )
     events = Events(state)
     committer.bind(events)  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ import pytest
 
 from keyshared.core.window import Entry
 from keyshared.metrics import ConsumerMetrics
-from keyshared.runtime.dispatcher import Dispatcher, Work
+from keyshared.runtime.dispatcher import LIVENESS_HOLD, Dispatcher, Work
 from keyshared.runtime.partition import PartitionState
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import FakeMessage, records
@@ -163,25 +163,41 @@ def test_wait_drained_runs_the_tick_while_waiting() -> None:
     assert ticks
 
 
-# -- paused dispatch (the coordinator lost its connection) --------------------------------------
+# -- holds on dispatch (a coordinator lost its connection, or is not sure of its session) -------
 
 
-def test_paused_dispatch_starts_nothing_then_resumes_what_became_ready() -> None:
+def test_a_hold_starts_nothing_then_its_lift_hands_over_what_became_ready() -> None:
     b = Bench()
-    b.dispatcher.pause_dispatch()
+    b.dispatcher.take_hold("zookeeper-connection")
     b.admit([(0, b"a"), (1, b"b"), (2, b"a")])
-    assert b.submitted == [], "a record started while dispatch was paused"
-    b.dispatcher.resume_dispatch()
+    assert b.submitted == [], "a record started while dispatch was held"
+    assert list(b.dispatcher.holds()) == ["zookeeper-connection"]
+    assert b.dispatcher.lift_hold("zookeeper-connection")
     assert b.dispatched() == [0, 1]  # 2 waits behind 0, its key's predecessor
+    assert b.dispatcher.holds() == {}
 
 
-def test_records_held_by_a_paused_dispatch_never_run_once_their_partition_drains() -> None:
+def test_dispatch_resumes_only_when_the_last_hold_is_lifted_and_only_by_its_name() -> None:
     b = Bench()
-    b.dispatcher.pause_dispatch()
+    b.dispatcher.take_hold("a")
+    b.dispatcher.take_hold("b")
+    b.admit([(0, b"x")])
+    assert not b.dispatcher.lift_hold("c"), "a hold nobody took was lifted"
+    assert b.dispatcher.lift_hold("a")
+    assert b.submitted == [], "one owner's lift released another owner's hold"
+    b.dispatcher.take_hold("b")  # taken twice: still one hold, lifted once
+    assert b.dispatcher.lift_hold("b")
+    assert b.dispatched() == [0]
+    assert not b.dispatcher.lift_hold("b")
+
+
+def test_records_held_by_a_hold_never_run_once_their_partition_drains() -> None:
+    b = Bench()
+    b.dispatcher.take_hold("zookeeper-connection")
     b.admit([(0, b"a"), (1, b"b")])
     b.dispatcher.stop_dispatching([b.state])
     assert b.dispatcher.wait_drained([b.state], 1.0), "held records counted as running"
-    b.dispatcher.resume_dispatch()
+    b.dispatcher.lift_hold("zookeeper-connection")
     assert b.submitted == []
     assert b.cursor == 0, "the cursor passed records that never ran"
 
@@ -194,8 +210,9 @@ def test_a_member_not_sure_of_its_session_starts_nothing_until_dispatch_resumes(
     b.dispatcher.set_liveness(lambda: live[0])
     b.admit([(0, b"a"), (1, b"b")])
     assert b.submitted == [], "a record started while the member was not live"
+    assert list(b.dispatcher.holds()) == [LIVENESS_HOLD]
     live[0] = True
-    b.dispatcher.resume_dispatch()
+    b.dispatcher.lift_hold(LIVENESS_HOLD)
     assert b.dispatched() == [0, 1]
 
 
@@ -205,5 +222,5 @@ def test_a_deferred_record_stays_running_and_runs_after_resume() -> None:
     entry = b.take(0)
     b.dispatcher.defer(b.state, entry)  # a worker found the member not live
     assert b.state.running == 1, "a deferred record must still hold its key and the drain"
-    b.dispatcher.resume_dispatch()
+    b.dispatcher.lift_hold(LIVENESS_HOLD)
     assert b.dispatched() == [0]

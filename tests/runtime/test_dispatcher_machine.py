@@ -7,7 +7,9 @@ every step:
 - never two records of an ordered key are owned by workers at once, and a key's records are
   dispatched in offset order;
 - the safe cursor never passes a record that is not finished;
-- the dispatcher's count of running entries matches what the workers hold.
+- the dispatcher's count of running entries matches what the workers hold plus the records
+  waiting out a retry backoff (they keep their key busy and their window in place), until the
+  partition stops dispatching and withdraws them.
 
 At the end every admitted record was finished exactly once, or (after a revoke or a loss) is
 at or above the cursor, so the next owner gets it again.
@@ -59,7 +61,8 @@ class DispatcherMachine(RuleBasedStateMachine):
         self.finished: dict[int, int] = {}  # offset -> times finished
         self.given_back: set[int] = set()  # delivered after the partition stopped
         self.running: list[Work] = []  # picked up by a worker
-        self.retrying: list[Work] = []  # waiting out a backoff
+        self.backing_off: dict[int, Work] = {}  # by entry id: waiting out a backoff
+        self._retried = 0  # the entry whose backoff the next timer ends
         self.timers: list[Callable[[], None]] = []
         self.blocked: set[int] = set()
         self.ended = False  # revoked or lost
@@ -77,7 +80,13 @@ class DispatcherMachine(RuleBasedStateMachine):
         return key is not None or self.null_ordered
 
     def _call_later(self, delay: float, action: Callable[[], None]) -> None:
-        self.timers.append(action)
+        retried = self._retried
+
+        def elapse() -> None:
+            self.backing_off.pop(retried, None)
+            action()
+
+        self.timers.append(elapse)
 
     # -- the poll thread ---------------------------------------------------------------------
 
@@ -98,6 +107,7 @@ class DispatcherMachine(RuleBasedStateMachine):
     @rule(lose=st.booleans())
     def revoke_or_lose(self, lose: bool) -> None:
         self.ended = True
+        self.backing_off.clear()  # withdrawn: they never run again here
         if lose:
             self.dispatcher.remove([self.state])
         else:
@@ -132,12 +142,16 @@ class DispatcherMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 100))
     def fail_and_retry(self, i: int) -> None:
         state, entry = self._take_running(i)
+        self._retried = id(entry)
+        if state.phase is Phase.ACTIVE:
+            self.backing_off[id(entry)] = (state, entry)
         self.dispatcher.retry_later(state, entry, 0.1, self._call_later)
 
     @precondition(lambda self: self.timers)
     @rule()
     def backoff_elapses(self) -> None:
         self.timers.pop(0)()
+
 
     @precondition(lambda self: self.running)
     @rule(i=st.integers(0, 100))
@@ -152,8 +166,9 @@ class DispatcherMachine(RuleBasedStateMachine):
         """Dead-lettered and parked: its key's later records will follow it (execution.py)."""
         state, entry = self._take_running(i)
         if entry.ordered:
-            with self.dispatcher.lock:
-                state.parked.add(entry.key)
+            self._count_finish(state, entry)
+            self.dispatcher.park(state, entry)
+            return
         self._count_finish(state, entry)
         self.dispatcher.finish(state, entry)
 
@@ -173,7 +188,7 @@ class DispatcherMachine(RuleBasedStateMachine):
 
     @invariant()
     def one_owned_record_per_ordered_key(self) -> None:
-        owned = [e for _, e in self.submitted + self.running + self.retrying]
+        owned = [e for _, e in self.submitted + self.running + list(self.backing_off.values())]
         owned += [self._entry_of(o) for o in self.blocked]
         keys = [e.key for e in owned if e is not None and e.ordered]
         assert len(keys) == len(set(keys)), f"two records of a key owned at once: {keys}"
@@ -200,8 +215,7 @@ class DispatcherMachine(RuleBasedStateMachine):
     def running_count_matches(self) -> None:
         if self.state.phase is Phase.GONE:
             return
-        # A record waiting out a backoff is not running: a drain does not wait for it.
-        owned = len(self.submitted) + len(self.running)
+        owned = len(self.submitted) + len(self.running) + len(self.backing_off)
         assert self.state.running == owned, (self.state.running, owned)
 
     def teardown(self) -> None:
