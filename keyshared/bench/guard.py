@@ -8,18 +8,20 @@ long-running consumer lives at) falls below a floor set well under today's ratio
 ratio (first start to last finish, start-up and tail included) is reported beside it:
 
 - ``io``: one partition, 8 records per key (300 keys, 2,400 records, seeded random order),
-  64 workers, 5 ms sleep. keyshared must reach **0.7 x the naive thread pool** (issue 23's
-  floor; measured 0.88-1.09 today).
+  64 workers, 5 ms sleep. keyshared must reach **0.6 x the naive thread pool** in steady state
+  (0.79-1.03 measured on a loaded 2-core machine; a 2x slower per-record path falls below).
 - ``depth``: as ``io`` with 500 keys x 8 (4,000 records) and ``max_window=400``: the window
   pauses and resumes many times, so a bound that counts finished records or a slow resume
   (issue 23's 2x regression) shows here, where the small ``io`` check never fills a window.
   Floor **0.4**: keyshared measured 0.78 of the pool with window v2 and 0.09 before it.
 - ``noop``: three partitions, 30,000 records over 10k keys, 16 workers, no-op handler.
-  keyshared must reach **0.5 x the naive thread pool** with a no-op task (half of today's
-  ratio, about 1.0; see docs/benchmarks.md). The pool, not the raw ``consume(1000)`` loop, is
-  the baseline: the raw loop reads the topic in a tenth of a second, and one librdkafka fetch
-  stall divides its rate by ten, so its ratio to keyshared swings 3x from run to run; the pool
-  does Python work per record as keyshared does, and moves with it under load.
+  keyshared must reach **0.4 x the naive thread pool** with a no-op task in steady state
+  (0.57-0.64 measured under load, where the whole-run ratio was 0.64-0.72; about 1.0 whole-run
+  on a quieter day; see docs/benchmarks.md): a doubled per-record cost falls below it. The
+  pool, not the raw ``consume(1000)`` loop, is the baseline: the raw loop reads the topic in a
+  tenth of a second, and one librdkafka fetch stall divides its rate by ten, so its ratio to
+  keyshared swings 3x from run to run; the pool does Python work per record as keyshared does,
+  and moves with it under load.
 - ``batch``: the ``noop`` workload with a no-op *batch* handler (``batch_size=500``, 4
   workers). Floor **0.5 x the naive thread pool** (1.56 measured when it was added, above
   ``noop``'s since a batch saves the per-record hand-off and settlement). The issue's goal for
@@ -125,7 +127,7 @@ def guard_cases() -> tuple[GuardCase, ...]:
             2_000,
             64,
             0.005,
-            0.7,
+            0.6,
             "with a 5 ms handler both should sit near W/L; a slower window, dispatcher or "
             "settlement with 8 records queued per key shows here",
         ),
@@ -155,7 +157,7 @@ def guard_cases() -> tuple[GuardCase, ...]:
             10_000,
             16,
             0.0,
-            0.5,
+            0.4,
             "with a no-op handler the figure is keyshared's own cost per record (window, ring, "
             "hand-off, settlement, commits); it more than doubled",
         ),

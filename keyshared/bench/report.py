@@ -53,7 +53,7 @@ def _number(value: float) -> str:
 
 def _steady_cell(m: Measurement) -> str:
     steady = m.steady_figure
-    return "-" if steady is None or m.kind == "bound" else _number(steady)
+    return "-" if steady is None else _number(steady)
 
 
 def print_result(console: Console, result: ScenarioResult) -> None:
@@ -209,7 +209,6 @@ def _bars(ax: Any, measurements: list[Measurement]) -> None:
             "#9aa5b1" if m.kind == "bound" else "#9cc0e6" if b else "#2f6fb0"
             for m, b in zip(measurements, both, strict=True)
         ],
-        label="whole run",
     )
     for bar, m in zip(whole, measurements, strict=True):
         if m.kind == "bound":
@@ -222,11 +221,16 @@ def _bars(ax: Any, measurements: list[Measurement]) -> None:
             [s for _, s in picked],
             height=0.4,
             color="#2f6fb0",
-            label="steady state (middle 90 %)",
         )
         for bar, (_, value) in zip(bars, picked, strict=True):
             _value(ax, bar, value)
-        ax.legend(fontsize=7, loc="lower right")
+        from matplotlib.patches import Patch
+
+        legend = [
+            Patch(color="#2f6fb0", label="steady state (middle 90 %)"),
+            Patch(color="#9cc0e6", label="whole run"),
+        ]
+        ax.legend(handles=legend, fontsize=7, loc="lower right")
     ax.set_yticks(list(rows), [m.label for m in measurements])
     ax.invert_yaxis()
     ax.margins(x=0.12)  # room for the value printed after the longest bar
