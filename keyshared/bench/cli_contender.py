@@ -119,4 +119,4 @@ def run_keyshared_cli(
         timing = parse_timing("keyshared run", 0 if line else proc.returncode or 1, line, errors)
     except PeerRunError as exc:
         raise BenchError(f"{label}: no result within {timeout:.0f} s: {exc}") from exc
-    return Measurement(label, timing.records, timing.seconds, extra={"workers": workers})
+    return timing.measurement(label, workers=workers)

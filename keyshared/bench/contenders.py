@@ -2,7 +2,8 @@
 
 Every contender reads the same topic from the beginning with its own fresh group and stops after
 ``records`` records. Each is timed the same way, by a :class:`Tally`: from the first handler
-start to the ``records``-th handler finish, so the group join and start-up are excluded alike.
+start to the ``records``-th handler finish, so the group join and start-up are excluded alike
+(the whole-run figure), with a mark every few completions for the steady-state figure.
 
 - :func:`run_keyshared`: a :class:`~keyshared.KeySharedConsumer` with ``workers`` threads.
 - :func:`run_keyshared_batches`: the same with a batch handler (``batch_size``).
@@ -23,7 +24,8 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from keyshared.bench.result import Measurement
+from keyshared.bench.result import Measurement, timed
+from keyshared.bench.steady import mark_every
 from keyshared.record import Record
 
 __all__ = [
@@ -44,11 +46,17 @@ class BenchError(RuntimeError):
 
 
 class Tally:
-    """Thread-safe count of finished records, with the first start and the last finish."""
+    """Thread-safe count of finished records, with the first start, the last finish and the
+    completion marks the steady-state figure is computed from (:mod:`keyshared.bench.steady`):
+    one clock read every ``every`` completions, under the lock the count already takes."""
 
     def __init__(self, target: int) -> None:
         self.target = target
         self.count = 0
+        self.every = mark_every(target)
+        self._marks: list[float] = []
+        self._next_mark = self.every
+        self._max_marks = target // self.every
         self.first: float | None = None
         self.last: float | None = None
         # Records finished by ``last``: the figure's numerator. Handlers still running when
@@ -74,6 +82,11 @@ class Tally:
     def finish(self, records: int = 1) -> None:
         with self._lock:
             self.count += records
+            if self.count >= self._next_mark and len(self._marks) < self._max_marks:
+                now = time.monotonic()
+                while self.count >= self._next_mark and len(self._marks) < self._max_marks:
+                    self._marks.append(now)  # a batch can pass several marks at once
+                    self._next_mark += self.every
             if self.count >= self.target and not self.done.is_set():
                 self.last = time.monotonic()
                 self.timed = self.count
@@ -85,9 +98,16 @@ class Tally:
                 f"{label}: only {self.count} of {self.target} records within {timeout:.0f} s"
             )
 
+    def marks(self) -> list[float]:
+        """The completion marks so far, in seconds since the first handler start."""
+        first = self.first or 0.0
+        with self._lock:
+            return [mark - first for mark in self._marks]
+
     def measurement(self, label: str, **extra: Any) -> Measurement:
         assert self.first is not None and self.last is not None
-        return Measurement(label, self.timed, self.last - self.first, extra=dict(extra))
+        seconds = self.last - self.first
+        return timed(label, self.timed, seconds, self.marks(), self.every, **extra)
 
 
 def _config(bootstrap: str, group: str, **more: Any) -> dict[str, Any]:

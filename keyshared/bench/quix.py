@@ -8,11 +8,11 @@ keyshared's; when that interpreter cannot import it, the contender is skipped wi
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
+from keyshared.bench.peers.common import parse_timing
 from keyshared.bench.result import Measurement
 
 __all__ = ["quix_available", "run_quixstreams"]
@@ -46,7 +46,11 @@ def run_quixstreams(
     version: str,
     timeout: float = 600.0,
 ) -> Measurement:
-    """Time quixstreams over ``records`` records (first handler start to last finish)."""
+    """Time quixstreams over ``records`` records (first handler start to last finish, with
+    completion marks for the steady-state figure).
+
+    :raises PeerRunError: the run failed or printed no readable result.
+    """
     command = [
         python or sys.executable,
         "-W",
@@ -59,13 +63,5 @@ def run_quixstreams(
         str(handler_s),
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"quixstreams run failed ({done.returncode}): {done.stderr[-2000:]}")
-    data = json.loads(lines[-1])
-    return Measurement(
-        f"quixstreams {version} (per-partition serial)",
-        int(data["records"]),
-        float(data["seconds"]),
-        extra={"version": version},
-    )
+    timing = parse_timing("quixstreams", done.returncode, done.stdout, done.stderr)
+    return timing.measurement(f"quixstreams {version} (per-partition serial)", version=version)

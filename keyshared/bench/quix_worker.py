@@ -2,7 +2,10 @@
 
 Why a separate script: quixstreams pins ``confluent-kafka<2.13`` while keyshared needs 2.16, so
 the two usually live in different environments. This file imports nothing from keyshared, takes
-its arguments on the command line and prints one JSON line: ``{"records", "seconds"}``.
+its arguments on the command line and prints one JSON line: ``{"records", "seconds", "every",
+"marks"}``, timed like keyshared's ``Tally`` (first handler start to the N-th finish, and the
+time of every ``every``-th completion since that start, for the steady-state figure; see
+``keyshared/bench/steady.py``).
 
     python quix_worker.py BOOTSTRAP TOPIC GROUP RECORDS HANDLER_SECONDS
 """
@@ -24,6 +27,8 @@ def main(argv: list[str]) -> int:
     from quixstreams import Application
 
     state = {"count": 0, "first": 0.0, "last": 0.0}
+    every = max(1, records // 1000)  # keyshared.bench.steady.mark_every
+    marks: list[float] = []
     app: Any = None
 
     def handle(value: Any) -> None:
@@ -32,6 +37,8 @@ def main(argv: list[str]) -> int:
         if handler_s > 0:
             time.sleep(handler_s)
         state["count"] += 1
+        if state["count"] % every == 0 and state["count"] <= records:
+            marks.append(round(time.monotonic() - state["first"], 6))
         if state["count"] == records:
             state["last"] = time.monotonic()
             app.stop()
@@ -49,7 +56,11 @@ def main(argv: list[str]) -> int:
         app.dataframe(topic).update(handle)
         app.run()
     seconds = state["last"] - state["first"]
-    print(json.dumps({"records": int(state["count"]), "seconds": seconds}))
+    print(
+        json.dumps(
+            {"records": int(state["count"]), "seconds": seconds, "every": every, "marks": marks}
+        )
+    )
     return 0 if state["count"] >= records else 1
 
 

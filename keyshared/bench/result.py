@@ -7,10 +7,13 @@ ratio to a baseline measured in the same run is the figure worth quoting and com
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Goal", "Measurement", "ScenarioResult"]
+from keyshared.bench.steady import steady_state
+
+__all__ = ["STEADY_SUFFIX", "Goal", "Measurement", "ScenarioResult", "steady_name", "timed"]
 
 
 @dataclass
@@ -20,7 +23,13 @@ class Measurement:
     :param label: what was measured, e.g. ``"keyshared (64 workers)"``.
     :param records: records handled in the timed window.
     :param seconds: the timed window: first handler start to last handler finish, so group
-        joins and start-up are excluded for every contender alike.
+        joins and start-up are excluded for every contender alike. ``records / seconds`` is
+        the *whole-run* rate, what a backfill waits for.
+    :param steady_records: records finished inside the *steady-state* window, the middle 90 %
+        of completions (:mod:`keyshared.bench.steady`); 0 when the contender reported no
+        completion marks.
+    :param steady_seconds: that window's span; the steady-state rate is what a long-running
+        consumer lives at, once started and before the tail.
     :param kind: ``"measured"`` or ``"bound"`` (a computed physical limit, not a run).
     :param value: the scenario's own figure when it is not a rate (bytes, seconds).
     :param unit: the unit of ``value`` (``"records/s"`` when it is a rate).
@@ -33,18 +42,62 @@ class Measurement:
     value: float | None = None
     unit: str = "records/s"
     extra: dict[str, Any] = field(default_factory=dict)
+    steady_records: int = 0
+    steady_seconds: float = 0.0
 
     @property
     def figure(self) -> float:
-        """The number charts and tables show: ``value`` if set, else the rate."""
+        """The whole-run figure: ``value`` if set, else the rate first start to last finish."""
         if self.value is not None:
             return self.value
         return self.records / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def steady_figure(self) -> float | None:
+        """The steady-state rate; a bound's own figure (a limit holds at every instant); None
+        when the contender reported no marks, or the figure is not a rate."""
+        if self.steady_seconds > 0:
+            return self.steady_records / self.steady_seconds
+        if self.kind == "bound" and self.unit == "records/s":
+            return self.figure
+        return None
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["figure"] = round(self.figure, 3)
+        steady = self.steady_figure
+        data["steady_figure"] = None if steady is None else round(steady, 3)
         return data
+
+
+def timed(
+    label: str,
+    records: int,
+    seconds: float,
+    marks: Sequence[float],
+    every: int,
+    **extra: Any,
+) -> Measurement:
+    """A rate measurement with both figures: whole-run from ``records`` and ``seconds``,
+    steady-state from the completion ``marks`` (seconds since the first handler start, one per
+    ``every`` completions; see :func:`~keyshared.bench.steady.steady_state`). Where the steady
+    window opens and closes goes into ``extra`` (``steady_window_s``): the start-up and the tail
+    the steady figure leaves out."""
+    measurement = Measurement(label, records, seconds, extra=dict(extra))
+    steady = steady_state(marks, every) if marks else None
+    if steady is not None:
+        measurement.steady_records = steady.records
+        measurement.steady_seconds = steady.seconds
+        measurement.extra["steady_window_s"] = [round(steady.start, 4), round(steady.end, 4)]
+    return measurement
+
+
+STEADY_SUFFIX = "_steady"
+
+
+def steady_name(ratio: str) -> str:
+    """The name of a ratio's steady-state twin (the plain name is the whole-run ratio)."""
+    return ratio + STEADY_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -100,6 +153,15 @@ class ScenarioResult:
         value = numerator / denominator if denominator > 0 else 0.0
         self.ratios[name] = round(value, 4)
         return value
+
+    def ratios_both(self, name: str, numerator: Measurement, denominator: Measurement) -> float:
+        """Record the ratio of two measurements both ways: steady state under
+        ``<name>_steady`` (first, when both have it), whole run under ``name``; returns the
+        whole-run one."""
+        top, bottom = numerator.steady_figure, denominator.steady_figure
+        if top is not None and bottom is not None:
+            self.ratio(steady_name(name), top, bottom)
+        return self.ratio(name, numerator.figure, denominator.figure)
 
     def goal(
         self, name: str, value: float, target: float, *, at_least: bool, unit: str = ""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from keyshared.bench.context import BenchContext
-from keyshared.bench.result import Measurement, ScenarioResult
+from keyshared.bench.result import Measurement, ScenarioResult, steady_name
 from keyshared.bench.shapes import DEFAULT_SHAPES, HEADLINE_SHAPE, ZIPF, Shape, parse_shapes
 from keyshared.bench.shapes import shape_keys as make_keys
 from keyshared.bench.shapes import shape_records as size_of
@@ -38,12 +38,18 @@ __all__ = [
 
 # Ratios whose worst shape is reported at the top level of a shaped scenario, and whether the
 # Zipf shape counts: the thread pool ignores per-key order, so under skew it is not held back by
-# the hottest key and keyshared_vs_thread_pool there measures the skew, not keyshared.
-SUMMARISED = {
+# the hottest key and keyshared_vs_thread_pool there measures the skew, not keyshared. Each is
+# summarised both ways, steady state first.
+_SUMMARISED_WHOLE_RUN = {
     "keyshared_vs_bound": True,
     "keyshared_cli_vs_bound": True,
     "keyshared_vs_thread_pool": False,
     "keyshared_vs_parallel_consumer": True,
+}
+SUMMARISED = {
+    name: with_zipf
+    for whole, with_zipf in _SUMMARISED_WHOLE_RUN.items()
+    for name in (steady_name(whole), whole)
 }
 
 
@@ -76,19 +82,20 @@ def race_trio(
 ) -> tuple[Measurement, Measurement, Measurement]:
     """Run keyshared in-process, keyshared through its CLI and the thread pool (in that order)
     on one shape, and add the ratios every shaped scenario reports against the order bound
-    (nominal and measured L) and against the pool."""
+    (nominal and measured L) and against the pool, each both ways (steady state and whole
+    run; see :meth:`ScenarioResult.ratios_both`)."""
     figures = []
     for what, suffix, run in trio:
         ctx.say(f"{tag}: {what}")
         figures.append(nested.add(run(ctx.new_group(f"{tag}-{suffix}"))))
     ks, cli, pool = figures
     nominal, measured = bound
-    nested.ratio("keyshared_vs_bound", ks.figure, nominal.figure)
-    nested.ratio("keyshared_vs_bound_measured_L", ks.figure, measured.figure)
-    nested.ratio("keyshared_cli_vs_bound", cli.figure, nominal.figure)
-    nested.ratio("keyshared_vs_thread_pool", ks.figure, pool.figure)
-    nested.ratio("keyshared_cli_vs_thread_pool", cli.figure, pool.figure)
-    nested.ratio("thread_pool_vs_bound", pool.figure, nominal.figure)
+    nested.ratios_both("keyshared_vs_bound", ks, nominal)
+    nested.ratios_both("keyshared_vs_bound_measured_L", ks, measured)
+    nested.ratios_both("keyshared_cli_vs_bound", cli, nominal)
+    nested.ratios_both("keyshared_vs_thread_pool", ks, pool)
+    nested.ratios_both("keyshared_cli_vs_thread_pool", cli, pool)
+    nested.ratios_both("thread_pool_vs_bound", pool, nominal)
     return ks, cli, pool
 
 

@@ -23,7 +23,12 @@ from keyshared.bench import load_scenarios
 pytestmark = pytest.mark.timeout(900)
 
 EXPECTED_RATIOS = {
-    "io": {"worst_keyshared_vs_bound", "worst_keyshared_cli_vs_bound"},
+    "io": {
+        "worst_keyshared_vs_bound",
+        "worst_keyshared_vs_bound_steady",
+        "worst_keyshared_cli_vs_bound",
+        "worst_keyshared_cli_vs_bound_steady",
+    },
     "io_work": {"worst_keyshared_vs_bound", "worst_keyshared_cli_vs_bound"},
     "async_io": {"keyshared_vs_bound"},
     "noop": {"keyshared_vs_raw"},
@@ -36,13 +41,17 @@ EXPECTED_RATIOS = {
     "eos": {"eos_vs_at_least_once", "eos_short_interval_vs_at_least_once"},
     "stuck": set(),  # figures with goals, not ratios: see EXPECTED_GOALS
 }
-# Shaped scenarios: every shape (4, 8, 32 per key, Zipf) reports these ratios; the headline
-# shape (8) also the once-only contenders.
+# Shaped scenarios: every shape (4, 8, 32 per key, Zipf) reports these ratios, each both ways
+# (steady state and whole run); the headline shape (8) also the once-only contenders.
 SHAPE_RATIOS = {
-    "keyshared_vs_bound",
-    "keyshared_cli_vs_bound",
-    "keyshared_vs_thread_pool",
-    "thread_pool_vs_bound",
+    name + suffix
+    for name in (
+        "keyshared_vs_bound",
+        "keyshared_cli_vs_bound",
+        "keyshared_vs_thread_pool",
+        "thread_pool_vs_bound",
+    )
+    for suffix in ("", "_steady")
 }
 HEADLINE_RATIOS = {"io": {"keyshared_vs_serial", "ring_balance"}, "io_work": set()}
 EXPECTED_GOALS = {
@@ -115,6 +124,7 @@ def _check_figures(scenario: str, data: Any) -> None:
     for m in data["measurements"]:
         assert m["figure"] > 0 or m["unit"] in ("s", "records"), f"{scenario}: {m}"
         assert m["figure"] >= 0, f"{scenario}: {m}"
+        assert m["steady_figure"] is None or m["steady_figure"] > 0, f"{scenario}: {m}"
     for name, value in data["ratios"].items():
         if name in COUNTS:
             assert value == 0, f"{scenario}: {name} = {value}"

@@ -20,7 +20,7 @@ from keyshared.bench.guard import RUNS, Check, GuardCase, best, guard_cases
 from keyshared.bench.journal import parse_journal, read_journal, redo
 from keyshared.bench.procfs import parse_status, read_memory
 from keyshared.bench.report import print_result, write_chart
-from keyshared.bench.result import Measurement, ScenarioResult
+from keyshared.bench.result import Measurement, ScenarioResult, timed
 from keyshared.bench.shaped import summarise
 from keyshared.bench.shapes import (
     DEFAULT_SHAPES,
@@ -175,16 +175,21 @@ def test_cli_contender_command_runs_keyshared_run_from_the_beginning() -> None:
     assert command[-2:] == ["-X", "session.timeout.ms=6000"]
 
 
+def _even(label: str, records: int, seconds: float) -> Measurement:
+    """A run that finished its records evenly: steady state and whole run alike."""
+    return timed(label, records, seconds, [seconds * k / records for k in range(1, records + 1)], 1)
+
+
 def test_guard_check_describes_the_comparison_and_the_failure() -> None:
     io = next(case for case in guard_cases() if case.name == "io")
-    assert io.floor == 0.7 and len(io.keys) == 2_400 and set(Counter(io.keys).values()) == {8}
-    runs = [Measurement("keyshared", 100, 1.0), Measurement("keyshared", 100, 0.5)]
+    assert io.floor == 0.6 and len(io.keys) == 2_400 and set(Counter(io.keys).values()) == {8}
+    runs = [_even("keyshared", 100, 1.0), _even("keyshared", 100, 0.5)]
     fastest = best(runs)
     assert fastest.figure == 200 and fastest.extra["runs"] == [100, 200]
     case = GuardCase("io", 1, [], 0, 64, 0.005, 0.7, "the window got slower")
-    ok = Check(case, Measurement("keyshared", 100, 1.0), Measurement("pool", 100, 1.2))
+    ok = Check(case, _even("keyshared", 100, 1.0), _even("pool", 100, 1.2))
     assert ok.passed and ok.ratio == pytest.approx(1.2)
-    bad = Check(case, Measurement("keyshared", 100, 2.0), Measurement("pool", 100, 1.0), 2)
+    bad = Check(case, _even("keyshared", 100, 2.0), _even("pool", 100, 1.0), 2)
     assert not bad.passed
     line = bad.describe()
     assert f"best of {RUNS} each" in line and "ratio 0.50, floor 0.70: FAILED" in line

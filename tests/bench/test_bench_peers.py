@@ -24,7 +24,7 @@ from keyshared.bench.peers.common import (
     default_peers_cache,
     parse_timing,
 )
-from keyshared.bench.result import ScenarioResult
+from keyshared.bench.result import Measurement, ScenarioResult, steady_name, timed
 from keyshared.bench.workload import produce, uniform_keys
 from keyshared.cli.bench import bench
 from keyshared.dev.topics import TopicFactory
@@ -123,8 +123,9 @@ def test_add_peers_leaves_notes_when_peers_are_off_or_missing(tmp_path: Path) ->
         "127.0.0.1:1", parallel_consumer=False, pyrallel_python=str(tmp_path / "no-python")
     )
     result = ScenarioResult("io", "test", {})
+    ks = Measurement("keyshared", 10, 10.0)
     added = add_peers(
-        ctx, result, topic="t", records=10, handler_s=0.0, concurrency=2, keyshared_figure=1.0
+        ctx, result, topic="t", records=10, handler_s=0.0, concurrency=2, keyshared=ks
     )
     assert added == [] and result.measurements == [] and result.ratios == {}
     assert result.notes[0] == "Confluent Parallel Consumer: skipped (--no-parallel-consumer)"
@@ -161,14 +162,17 @@ def test_every_peer_counts_the_records_of_a_tiny_topic(
         records=records,
         handler_s=0.001,
         concurrency=4,
-        keyshared_figure=1000.0,
+        keyshared=timed("keyshared", records, 0.2, [k / 1000 for k in range(1, records + 1)], 1),
         timeout=120.0,
     )
     assert result.notes == []  # no skip, no failure
     assert [m.records for m in added] == [records, records, records]
     assert all(m.seconds > 0 for m in added)
-    assert set(result.ratios) == {
+    # Every peer reports its completion marks, so every ratio comes both ways.
+    assert all(m.steady_records > 0 and m.steady_seconds > 0 for m in added)
+    whole = {
         "keyshared_vs_parallel_consumer",
         "keyshared_vs_pyrallel_async",
         "keyshared_vs_pyrallel_process",
     }
+    assert set(result.ratios) == whole | {steady_name(name) for name in whole}

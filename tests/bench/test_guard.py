@@ -1,9 +1,10 @@
 """``keyshared bench --guard`` on the test session's broker: it must pass, in about 90 s at most.
 
-The guard compares keyshared with a thread pool measured in the same run (ratios only, never a
-time; see keyshared/bench/guard.py), so it is meant to run in CI on any machine. Failing here
-means keyshared fell well below today's ratio (a floor at 0.7 x the pool for io, 0.5 x for
-noop and batch), after one re-measure: look at the printed comparison before suspecting the machine.
+The guard compares keyshared's steady-state rate with a thread pool's measured in the same run
+(ratios only, never a time; see keyshared/bench/guard.py), so it is meant to run in CI on any
+machine. Failing here means keyshared fell well below today's ratio (a floor at 0.6 x the pool
+for io, 0.4 x for noop, 0.5 x for batch), after one re-measure: look at the printed comparison
+before suspecting the machine.
 """
 
 from __future__ import annotations
@@ -48,9 +49,12 @@ def test_guard_passes_against_the_test_broker(kafka_bootstrap: str, tmp_path: Pa
     assert report["passed"] is True
     assert {check["name"] for check in report["checks"]} == {"io", "depth", "noop", "batch"}
     for check in report["checks"]:
-        assert check["ratio"] >= check["floor"] > 0
-        assert check["keyshared"]["records"] > 0 and check["baseline"]["records"] > 0
+        assert check["ratio"] >= check["floor"] > 0  # the steady-state ratio is the guarded one
+        assert check["whole_run_ratio"] > 0
+        for side in ("keyshared", "baseline"):
+            assert check[side]["records"] > 0 and check[side]["steady_figure"] > 0
     assert "ratio" in done.stdout and "floor" in done.stdout  # says what it compared
+    assert "steady state" in done.stdout and "whole run" in done.stdout
     assert seconds < GUARD_BUDGET_S
 
 

@@ -19,8 +19,12 @@
  * (PERIODIC_TRANSACTIONAL_PRODUCER: outputs and offsets in Kafka transactions). Output runs
  * close draining, so every output is produced (and committed) before the process exits.
  *
- * Prints one JSON line, {"records": N, "seconds": S}, and exits 0; exits 1 (message on stderr)
- * when the records did not all finish within the timeout, 2 on bad arguments.
+ * Prints one JSON line, {"records": N, "seconds": S, "every": K, "marks": [...]}, and exits 0;
+ * exits 1 (message on stderr) when the records did not all finish within the timeout, 2 on bad
+ * arguments. S is the whole run (first handler start to the N-th finish); marks[i] is when
+ * completion (i + 1) x K happened, in seconds since that start, for the steady-state figure
+ * (keyshared/bench/steady.py): one clock read every K completions, K = max(1, N / 1000), into a
+ * preallocated array, so the handler's cost barely changes.
  */
 
 import io.confluent.parallelconsumer.ParallelConsumerOptions;
@@ -35,6 +39,7 @@ import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicLongArray;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -64,6 +69,19 @@ public final class KeysharedPcHarness {
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
+        }
+    }
+
+    /** Stamp every mark a handler call took the count across: (before, after] (a batch call can
+     *  cross several). Marks past the array (completions beyond N) are not kept. */
+    private static void mark(AtomicLongArray marks, long every, long before, long after) {
+        long next = (before / every + 1) * every;
+        if (next > after) {
+            return;
+        }
+        long now = System.nanoTime();
+        for (long k = next; k <= after && k / every <= marks.length(); k += every) {
+            marks.set((int) (k / every - 1), now);
         }
     }
 
@@ -127,6 +145,8 @@ public final class KeysharedPcHarness {
         AtomicLong last = new AtomicLong(0);
         AtomicLong count = new AtomicLong(0);
         CountDownLatch done = new CountDownLatch(1);
+        long every = Math.max(1, records / 1000);  // keyshared.bench.steady.mark_every
+        AtomicLongArray marks = new AtomicLongArray((int) (records / every));
         long sleepMillis = handlerNanos / 1_000_000L;
         int sleepNanos = (int) (handlerNanos % 1_000_000L);
 
@@ -139,6 +159,7 @@ public final class KeysharedPcHarness {
                         context.key(), context.value(), List.of(new RecordHeader("t", stamp.array())));
                 pause(handlerNanos, sleepMillis, sleepNanos);
                 long after = count.incrementAndGet();
+                mark(marks, every, after - 1, after);
                 if (after == records) {
                     last.set(System.nanoTime());
                     done.countDown();
@@ -157,6 +178,7 @@ public final class KeysharedPcHarness {
                 }
                 pause(handlerNanos, sleepMillis, sleepNanos);
                 long after = count.addAndGet(calls);
+                mark(marks, every, after - calls, after);
                 if (after >= records && after - calls < records) {
                     last.set(System.nanoTime());
                     done.countDown();
@@ -187,7 +209,16 @@ public final class KeysharedPcHarness {
             System.exit(1);
         }
         double seconds = (last.get() - first.get()) / 1e9;
-        System.out.println("{\"records\": " + records + ", \"seconds\": " + seconds + "}");
+        StringBuilder line = new StringBuilder("{\"records\": ").append(records)
+                .append(", \"seconds\": ").append(seconds)
+                .append(", \"every\": ").append(every).append(", \"marks\": [");
+        for (int i = 0; i < marks.length(); i++) {
+            // Read after close, so every handler call has returned; a mark still 0 would be
+            // one whose stamp was lost, and the N-th finish is a safe upper bound for it.
+            long stamp = marks.get(i) != 0 ? marks.get(i) : last.get();
+            line.append(i == 0 ? "" : ", ").append((stamp - first.get()) / 1e9);
+        }
+        System.out.println(line.append("]}"));
         System.out.flush();
         System.exit(0);
     }

@@ -4,8 +4,9 @@ Why a separate script: pyrallel-consumer declares Python >= 3.12 and pins its ow
 (pydantic-settings, msgpack, ...), so it lives in its own venv, installed with
 ``--ignore-requires-python`` (it imports and runs on 3.11). This file imports nothing from
 keyshared, takes its arguments on the command line and prints one JSON line:
-``{"records", "seconds"}``, timed like keyshared's ``Tally``: first handler start to the
-``records``-th handler finish.
+``{"records", "seconds", "every", "marks"}``, timed like keyshared's ``Tally``: first handler
+start to the ``records``-th handler finish, and the time of every ``every``-th completion since
+that start, for the steady-state figure (``keyshared/bench/steady.py``).
 
     python pyrallel_worker.py MODE BOOTSTRAP TOPIC GROUP RECORDS HANDLER_SECONDS CONCURRENCY TIMEOUT
 
@@ -13,9 +14,9 @@ MODE ``async``: an ``async`` handler (``await asyncio.sleep``), at most CONCURRE
 MODE ``process``: a sync handler (``time.sleep``) in CONCURRENCY worker processes, with pyrallel's
 default buffer and IPC batching. Both with ``OrderingMode.KEY_HASH`` (per-key order).
 
-In process mode the handler runs in child processes, so the count and the two instants live in
-shared memory created before the children fork; CLOCK_MONOTONIC is system-wide on Linux, so the
-children's instants compare.
+In process mode the handler runs in child processes, so the count, the two instants and the
+marks live in shared memory created before the children fork; CLOCK_MONOTONIC is system-wide
+on Linux, so the children's instants compare.
 """
 
 from __future__ import annotations
@@ -30,9 +31,12 @@ from typing import Any
 
 __all__ = ["main"]
 
-# Shared with the process-mode children (inherited through fork): count, first start, last end.
+# Shared with the process-mode children (inherited through fork): count, first start, last end,
+# and the completion marks (one every _EVERY completions, preallocated).
 _COUNT: Any = None
 _TIMES: Any = None
+_MARKS: Any = None
+_EVERY = 1
 _TARGET = 0
 _HANDLER_S = 0.0
 
@@ -46,7 +50,10 @@ def _started() -> None:
 def _finished() -> None:
     with _COUNT.get_lock():
         _COUNT.value += 1
-        if _COUNT.value == _TARGET:
+        done = _COUNT.value
+        if done % _EVERY == 0 and done // _EVERY <= len(_MARKS):
+            _MARKS[done // _EVERY - 1] = time.monotonic()
+        if done == _TARGET:
             _TIMES[1] = time.monotonic()
 
 
@@ -112,7 +119,7 @@ async def _run(mode: str, config: Any, topic: str, timeout: float) -> None:
 
 
 def main(argv: list[str]) -> int:
-    global _COUNT, _TIMES, _TARGET, _HANDLER_S
+    global _COUNT, _TIMES, _MARKS, _EVERY, _TARGET, _HANDLER_S
     if len(argv) != 8 or argv[0] not in ("async", "process"):
         print(
             "usage: pyrallel_worker.py async|process BOOTSTRAP TOPIC GROUP RECORDS "
@@ -126,6 +133,8 @@ def main(argv: list[str]) -> int:
     context = multiprocessing.get_context("fork")
     _COUNT = context.Value("q", 0)
     _TIMES = context.Array("d", 2)
+    _EVERY = max(1, _TARGET // 1000)  # keyshared.bench.steady.mark_every
+    _MARKS = context.Array("d", _TARGET // _EVERY)
     multiprocessing.set_start_method("fork", force=True)
     asyncio.run(_run(mode, _config(mode, bootstrap, group, concurrency), topic, timeout))
     count = int(_COUNT.value)
@@ -135,7 +144,9 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 1
-    print(json.dumps({"records": _TARGET, "seconds": _TIMES[1] - _TIMES[0]}))
+    marks = [round(mark - _TIMES[0], 6) for mark in _MARKS[:]]
+    result = {"records": _TARGET, "seconds": _TIMES[1] - _TIMES[0], "every": _EVERY}
+    print(json.dumps({**result, "marks": marks}))
     sys.stdout.flush()
     os._exit(0)  # children and librdkafka threads must not delay the exit
 

@@ -3,15 +3,16 @@
 Example, at the end of a scenario that measured keyshared as ``ks`` on ``topic``::
 
     add_peers(ctx, result, topic=topic, records=records, handler_s=0.005, concurrency=64,
-              keyshared_figure=ks.figure)
+              keyshared=ks)
 
 Every peer reads the same topic from the beginning with its own fresh group, handles ``records``
 records with the same handler (sleep ``handler_s``, or nothing) at the same concurrency, and is
-timed like keyshared (first handler start to the ``records``-th finish). Each adds a
-measurement and a ratio ``keyshared_vs_<peer>``; a peer that is not installed, or is turned off
-on the command line, adds a note instead, saying how to install it. A peer whose run fails adds
-a note with its error and the scenario goes on: peers are other people's software, and one
-failing must not cost the user keyshared's own figures.
+timed like keyshared (first handler start to the ``records``-th finish, plus completion marks
+for the steady-state figure). Each adds a measurement and the ratio ``keyshared_vs_<peer>``
+both ways (``..._steady``: steady state, the plain name: whole run); a peer that is not
+installed, or is turned off on the command line, adds a note instead, saying how to install it.
+A peer whose run fails adds a note with its error and the scenario goes on: peers are other
+people's software, and one failing must not cost the user keyshared's own figures.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def add_peers(
     records: int,
     handler_s: float,
     concurrency: int,
-    keyshared_figure: float,
+    keyshared: Measurement,
     timeout: float = 600.0,
     parallel_consumer: bool = True,
     pyrallel_modes: tuple[str, ...] = pyrallel.PYRALLEL_MODES,
@@ -49,7 +50,7 @@ def add_peers(
     :param records: records each peer handles (at most the topic's size).
     :param handler_s: the handler's sleep in seconds; 0 for a no-op handler.
     :param concurrency: keyshared's worker count, given to each peer as its concurrency.
-    :param keyshared_figure: keyshared's records/s on the same topic, the ratios' numerator.
+    :param keyshared: keyshared's measurement on the same topic, the ratios' numerator.
     """
     added: list[Measurement] = []
     name = result.scenario
@@ -83,7 +84,7 @@ def add_peers(
                     f"maxConcurrency {concurrency})",
                     timing,
                     "keyshared_vs_parallel_consumer",
-                    keyshared_figure,
+                    keyshared,
                     version=install.version,
                     ordering="KEY",
                     concurrency=concurrency,
@@ -123,7 +124,7 @@ def add_peers(
                     f"pyrallel-consumer {version} {mode} (key_hash, {concurrency} {unit})",
                     timing,
                     f"keyshared_vs_pyrallel_{mode}",
-                    keyshared_figure,
+                    keyshared,
                     version=version,
                     mode=mode,
                     ordering="key_hash",
@@ -148,9 +149,9 @@ def _measure(
     label: str,
     timing: PeerTiming,
     ratio: str,
-    keyshared_figure: float,
+    keyshared: Measurement,
     **extra: object,
 ) -> Measurement:
-    measurement = result.add(Measurement(label, timing.records, timing.seconds, extra=extra))
-    result.ratio(ratio, keyshared_figure, measurement.figure)
+    measurement = result.add(timing.measurement(label, **extra))
+    result.ratios_both(ratio, keyshared, measurement)
     return measurement

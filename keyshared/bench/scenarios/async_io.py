@@ -155,7 +155,7 @@ def run_async_io(ctx: BenchContext) -> ScenarioResult:
         records=records,
         handler_s=handler_s,
         concurrency=concurrency,
-        keyshared_figure=ks.figure,
+        keyshared=ks,
         parallel_consumer=False,
         pyrallel_modes=("async",),
     )

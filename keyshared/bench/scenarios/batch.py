@@ -191,12 +191,12 @@ def _parallel_consumer_batches(
         result.notes.append(f"Confluent Parallel Consumer (batch mode) failed, no figure: {exc}")
         return
     measured = result.add(
-        Measurement(
+        timing.measurement(
             f"Confluent Parallel Consumer {install.version} batch mode (KEY order, batchSize "
             f"{BATCH_SIZE}, maxConcurrency {workers})",
-            timing.records,
-            timing.seconds,
-            extra={"version": install.version, "batch_size": BATCH_SIZE, "concurrency": workers},
+            version=install.version,
+            batch_size=BATCH_SIZE,
+            concurrency=workers,
         )
     )
     result.ratio("batch_noop_vs_parallel_consumer_batch", keyshared_figure, measured.figure)

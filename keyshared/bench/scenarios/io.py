@@ -113,7 +113,7 @@ def run_io(ctx: BenchContext) -> ScenarioResult:
                 records=topic.records,
                 handler_s=handler_s,
                 concurrency=workers,
-                keyshared_figure=ks.figure,
+                keyshared=ks,
             )
 
     run_shapes(ctx, result, "io", race)
@@ -137,7 +137,7 @@ def _once(
     serial = nested.add(
         run_serial(ctx.bootstrap, topic.name, ctx.new_group("io-serial"), sample, handler_s)
     )
-    nested.ratio("keyshared_vs_serial", ks.figure, serial.figure)
+    nested.ratios_both("keyshared_vs_serial", ks, serial)
     version = quix_available(ctx.quix_python)
     if version is None:
         nested.notes.append("quixstreams not importable (see --quix-python): skipped")
@@ -154,5 +154,5 @@ def _once(
             version,
         )
     )
-    nested.ratio("keyshared_vs_quixstreams", ks.figure, quix.figure)
-    nested.ratio("quixstreams_vs_serial", quix.figure, serial.figure)
+    nested.ratios_both("keyshared_vs_quixstreams", ks, quix)
+    nested.ratios_both("quixstreams_vs_serial", quix, serial)

@@ -66,7 +66,7 @@ def run_noop(ctx: BenchContext) -> ScenarioResult:
         records=records,
         handler_s=0.0,
         concurrency=workers,
-        keyshared_figure=ks.figure,
+        keyshared=ks,
     )
     result.notes.append(runs.note("keyshared"))
     result.notes.append(
