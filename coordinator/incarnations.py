@@ -26,6 +26,13 @@ and collected by the leader.
 - Kafka's committed offset of a partition is not one the group committed itself: someone else
   (an operator's reset, ``--delete-offsets``) moved it while the group was stopped. The
   partition's epoch goes up, so its cursors stop counting and its slots start at that offset.
+- Except a missing offset (-1) of a partition the group has been running on since Kafka was
+  seen holding one of its own offsets there (``running``): Kafka *expired* it. A group of
+  members that only ``assign()`` has no members in Kafka's eyes, so Kafka drops its offsets
+  ``offsets.retention.minutes`` after their commit even while it runs; taken for a reset, every
+  cursor of a quiet partition was dropped and the next re-read replayed it (or, with
+  ``latest``, skipped what was unfinished). The cursors keep counting; the low-watermark pass
+  commits the offset again (and refreshes unchanged ones well within the retention period).
 
 The group's own commits (the low watermark) write the record **before** Kafka:
 ``committed[p] = [new, what Kafka held]``. Kafka therefore always holds one of the two values
@@ -42,6 +49,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from kazoo.client import KazooClient
@@ -131,7 +139,11 @@ class TopicRecord:
 
 
 def reconcile(
-    record: TopicRecord | None, topic_id: str, partitions: int, committed: Mapping[int, int]
+    record: TopicRecord | None,
+    topic_id: str,
+    partitions: int,
+    committed: Mapping[int, int],
+    running: AbstractSet[int] = frozenset(),
 ) -> tuple[TopicRecord, list[str]]:
     """The record that holds now, and what changed (for the log; empty: nothing).
 
@@ -140,6 +152,9 @@ def reconcile(
     :param partitions: the topic's partition count now.
     :param committed: Kafka's committed offset of the group per partition (-1: none), read
         **before** ``record``.
+    :param running: partitions the reader has been live on, in one session, since it saw Kafka
+        hold one of the group's own offsets there: the group was never stopped meanwhile, so
+        an offset missing now expired and is no reset.
     """
     if record is None:
         # A group from before records existed keeps its (unstamped) cursors: they can only be
@@ -164,6 +179,8 @@ def reconcile(
     epochs, known = dict(record.epochs), dict(record.committed)
     changes = []
     for partition, offset in sorted(committed.items()):
+        if offset < 0 and partition in running:
+            continue  # expired under a running group (module docstring)
         if offset not in known.get(partition, (-1,)):
             epochs[partition] = epochs.get(partition, 0) + 1
             if offset >= 0:
@@ -242,11 +259,16 @@ class TopicRecords:
         return replace(record, version=stat.version)
 
     def reconcile(
-        self, topic: str, topic_id: str, partitions: int, committed: Mapping[int, int]
+        self,
+        topic: str,
+        topic_id: str,
+        partitions: int,
+        committed: Mapping[int, int],
+        running: AbstractSet[int] = frozenset(),
     ) -> tuple[TopicRecord, list[str]]:
         """:func:`reconcile` against the stored record, storing the result if it changed."""
         for _attempt in range(_ATTEMPTS):
-            record, changes = reconcile(self.read(topic), topic_id, partitions, committed)
+            record, changes = reconcile(self.read(topic), topic_id, partitions, committed, running)
             if not changes:
                 return record, changes
             stored = self.write(topic, record)

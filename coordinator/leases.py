@@ -3,11 +3,23 @@
 A lease says "this member processes this slot range (``key_shared``) or this partition
 (``partition`` mode) now". It is an ephemeral *sequential* znode created by the member that
 wants it, ``leases/<lo>-<hi>-<seq>`` or ``partition-leases/<topic>@<p>-<seq>``, holding
-``{member, generation}``. The acquisition queue is the znodes' order, as in kazoo's Lock, but
-over ranges: an acquisition is granted once no *overlapping* lease of *another* member with a
-lower sequence number is left. A member's own older leases never block it, so a member whose
-range shrinks takes its new, smaller range at once and releases the old one after draining the
-part it lost.
+``{member, generation, attempt}``. The acquisition queue is the znodes' order, as in kazoo's
+Lock, but over ranges: an acquisition is granted once no *overlapping* lease of *another
+session* with a lower sequence number is left. A member's own older leases never block it, so a
+member whose range shrinks takes its new, smaller range at once and releases the old one after
+draining the part it lost.
+
+"Its own" is decided by the znode's ``ephemeralOwner``, the session that created it, never by
+the member id in its data: two processes started with one ``client.id`` are two sessions, and
+the second must queue behind the first like any other member.
+
+A create whose answer is lost (ConnectionLoss: the link dropped after the server may have
+applied it) leaves a znode its creator does not know; left standing, it would block every later
+owner of its key for the session's life, while its creator, queueing again, is never blocked by
+it. Each create therefore carries a unique ``attempt`` in its data, and after a lost answer a
+thread of its own looks for that attempt's znode once the connection is back and deletes it (as
+kazoo's Lock finds its node by a GUID prefix). The name stays ``<key>-<seq>``, so every reader
+(``keyshared status``, ``keyshared reset``, bench, members of an older version) still parses it.
 
 That is the mandatory drain. When a range moves from A to B, B's acquisition queues behind A's
 lease and returns only when the lease is gone: A deleted it after finishing its in-flight
@@ -28,12 +40,19 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NoNodeError, SessionExpiredError
+from kazoo.exceptions import (
+    ConnectionLoss,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 from kazoo.protocol.states import WatchedEvent
+from kazoo.retry import KazooRetry
 
 from coordinator.errors import AcquireCancelled, Fenced, LeaseTimeout
 from coordinator.layout import (
@@ -75,7 +94,11 @@ class Lease:
 
 @dataclass(frozen=True)
 class LeaseInfo:
-    """A lease znode as ``keyshared status`` shows it: granted (``held``) or still waiting."""
+    """A lease znode as ``keyshared status`` shows it: granted (``held``) or still waiting.
+
+    :param session: the ZooKeeper session that holds it (its ``ephemeralOwner``): what makes
+        two leases one holder's, whatever their ``member_id``.
+    """
 
     key: str
     path: str
@@ -83,6 +106,7 @@ class LeaseInfo:
     generation: int
     token: int
     held: bool
+    session: int = 0
 
     def slots_overlap(self, slots: SlotRange) -> bool:
         """Whether this range lease covers any of ``slots``."""
@@ -107,23 +131,25 @@ def read_leases(
     client: KazooClient, directory: str, overlaps: Callable[[str, str], bool] = _ranges_overlap
 ) -> list[LeaseInfo]:
     """Every lease znode under ``directory`` in token order, with whether it is granted."""
-    entries: list[tuple[str, int, str, int, str]] = []
+    entries: list[tuple[str, int, str, int, str, int]] = []
     for name in client.get_children(directory):
         key, token = _split(name)
         try:
-            data, _ = client.get(f"{directory}/{name}")
+            data, stat = client.get(f"{directory}/{name}")
         except NoNodeError:
             continue
         raw = json.loads(data)
-        entries.append((key, token, str(raw["member"]), int(raw["generation"]), name))
+        member, generation = str(raw["member"]), int(raw["generation"])
+        entries.append((key, token, member, generation, name, stat.ephemeralOwner))
     entries.sort(key=lambda e: e[1])
     infos: list[LeaseInfo] = []
-    for index, (key, token, member, generation, name) in enumerate(entries):
+    for index, (key, token, member, generation, name, session) in enumerate(entries):
         held = not any(
-            other_member != member and overlaps(other_key, key)
-            for other_key, _, other_member, _, _ in entries[:index]
+            other_session != session and overlaps(other_key, key)
+            for other_key, _, _, _, _, other_session in entries[:index]
         )
-        infos.append(LeaseInfo(key, f"{directory}/{name}", member, generation, token, held))
+        path = f"{directory}/{name}"
+        infos.append(LeaseInfo(key, path, member, generation, token, held, session))
     return infos
 
 
@@ -151,9 +177,16 @@ class PendingLease:
         self._overlaps = overlaps
         self._wake = threading.Event()
         self._cancelled = False
-        self._owners: dict[str, str] = {}
-        data = json.dumps({"member": member_id, "generation": generation}).encode()
-        self.path: str = client.create(f"{directory}/{key}-", data, ephemeral=True, sequence=True)
+        self._owners: dict[str, int] = {}  # znode name -> its session (never changes)
+        attempt = uuid.uuid4().hex
+        data = json.dumps({"member": member_id, "generation": generation, "attempt": attempt})
+        try:
+            self.path: str = client.create(
+                f"{directory}/{key}-", data.encode(), ephemeral=True, sequence=True
+            )
+        except (ConnectionLoss, OperationTimeoutError):
+            _forget_unanswered(client, directory, key, attempt)
+            raise  # the caller queues again: as if this create had never been made
         self.token = _split(self.path.rsplit("/", 1)[1])[1]
 
     def cancel(self) -> None:
@@ -169,8 +202,9 @@ class PendingLease:
             self._wake.set()
         return False
 
-    def _blockers(self) -> list[str]:
-        """Lower-sequence znodes of other members whose keys overlap, nearest first."""
+    def _blockers(self, session: int) -> list[str]:
+        """Lower-sequence znodes of other sessions than ``session`` (this acquisition's) whose
+        keys overlap, nearest first."""
         blockers: list[tuple[int, str]] = []
         for name in self._client.get_children(self._directory):
             key, token = _split(name)
@@ -179,17 +213,16 @@ class PendingLease:
             path = f"{self._directory}/{name}"
             owner = self._owners.get(name)
             if owner is None:
-                try:
-                    data, _ = self._client.get(path)
-                except NoNodeError:
+                stat = self._client.exists(path)
+                if stat is None:
                     continue
-                owner = self._owners[name] = str(json.loads(data)["member"])
-            if owner != self._member_id:
+                owner = self._owners[name] = stat.ephemeralOwner
+            if owner != session:
                 blockers.append((token, path))
         return [path for _, path in sorted(blockers, reverse=True)]
 
     def wait(self, timeout: float | None = None) -> Lease:
-        """Block until granted: every overlapping lease of another member queued earlier is
+        """Block until granted: every overlapping lease of another session queued earlier is
         gone (released after its drain, or vanished with its session).
 
         :param timeout: seconds; ``None`` waits as long as it takes.
@@ -234,9 +267,10 @@ class PendingLease:
 
         :raises Fenced: this acquisition's znode is gone (its session ended).
         """
-        if self._client.exists(self.path, watch=self._on_watch) is None:
+        mine = self._client.exists(self.path, watch=self._on_watch)
+        if mine is None:
             raise Fenced(self.path, f"acquire lease {self._key} (session lost)")
-        blockers = self._blockers()
+        blockers = self._blockers(mine.ephemeralOwner)
         if not blockers:
             return None
         if self._client.exists(blockers[0], watch=self._on_watch) is None:
@@ -253,6 +287,44 @@ class PendingLease:
             pass
         except Exception:
             log.warning("could not withdraw lease znode %s", self.path, exc_info=True)
+
+
+def _forget_unanswered(client: KazooClient, directory: str, key: str, attempt: str) -> None:
+    """Delete the znode of a create whose answer was lost, if ZooKeeper applied it, on a
+    thread of its own: the connection is down now, and the caller's thread (a member's poll
+    thread) must not wait for it. Requests made while disconnected wait for the connection;
+    the session's end (or the client's close) takes the znode with it and ends the look."""
+
+    def look() -> None:
+        client.sync(directory)  # a server reached after the drop may lag behind the one lost
+        for name in client.get_children(directory):
+            if _split(name)[0] != key:
+                continue
+            path = f"{directory}/{name}"
+            try:
+                data, _ = client.get(path)
+            except NoNodeError:
+                continue
+            if json.loads(data).get("attempt") == attempt:
+                with contextlib.suppress(NoNodeError):
+                    client.delete(path)
+                log.warning(
+                    "lease %s: deleted %s, created by a request whose answer was lost", key, path
+                )
+                return
+
+    def run() -> None:
+        retry = KazooRetry(max_tries=-1, max_delay=1.0, ignore_expire=False)
+        try:
+            retry(look)
+        except SessionExpiredError:
+            pass  # an ephemeral znode goes with its session
+        except Exception:
+            log.warning(
+                "lease %s: looking for the znode of a lost answer failed", key, exc_info=True
+            )
+
+    threading.Thread(target=run, name=f"keyshared-lease-lost-{key}", daemon=True).start()
 
 
 class _Leases:

@@ -83,7 +83,7 @@ class LeaseQueue:
         return len(self._pending)
 
     def queue(self, slots: SlotRange, generation: int) -> None:
-        """Queue for ``slots`` (behind every overlapping lease of another member)."""
+        """Queue for ``slots`` (behind every overlapping lease of another session)."""
         pending = self._leases.begin(slots, generation=generation)
         self._pending[slots] = pending
         self._metrics.pending_drains(len(self._pending))

@@ -112,7 +112,7 @@ class PartitionLeaseMember(PartitionReleases):
     # -- Membership ------------------------------------------------------------------------------
 
     def join(self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents) -> None:
-        # Own leases never block a member: a second live process with this id is refused here.
+        # A second live process with this id would share this one's plan: refused here.
         self._membership = self._zk.join(self._ctx.group, self._info)
         self._consumer, self._events = consumer, events
         self.commits.bind(

@@ -72,6 +72,9 @@ class TopicWatch:
         self.records: dict[str, TopicRecord] = {}
         self._pending: dict[str, Future[Any]] | None = None
         self._next_check = 0.0
+        # (topic, p) -> (session, topic id) when Kafka was last seen holding one of the group's
+        # own offsets there: this member has been live on it since, in that session
+        self._seen: dict[TP, tuple[int, str]] = {}
 
     @staticmethod
     def of(client: KazooClient, layout: GroupLayout, context: PlugContext) -> TopicWatch:
@@ -155,20 +158,56 @@ class TopicWatch:
         Kafka first, the records second: the group's own commits name their offset in the
         record before Kafka has it, so read in this order an own commit is never mistaken for
         a reset. A read slow enough for two low-watermark passes to fit in it is redone.
+
+        An offset missing from Kafka where this member, in this session, saw Kafka hold one of
+        the group's own offsets is no reset: the group has run all along (this member with
+        it), so Kafka expired the offset (:func:`coordinator.incarnations.reconcile`).
         """
         for _attempt in range(3):
             began = time.monotonic()
+            session = self._session()
             committed = kafka_offsets()
             records = {}
             for topic, (topic_id, count) in self.described.items():
                 offsets = {p: o for (t, p), o in committed.items() if t == topic}
-                record, changes = self._records.reconcile(topic, topic_id, count, offsets)
+                running = {p for p in offsets if self._seen.get((topic, p)) == (session, topic_id)}
+                record, changes = self._records.reconcile(topic, topic_id, count, offsets, running)
                 for change in changes:
                     log.warning("group %s, topic %s: %s", self._layout.group, topic, change)
+                expired = sorted(p for p in running if offsets[p] < 0)
+                if expired:
+                    log.warning(
+                        "group %s, topic %s: Kafka holds no committed offset of partition(s) %s "
+                        "while the group runs (expired after offsets.retention.minutes): not a "
+                        "reset; the cursors still count and the offsets are committed again",
+                        self._layout.group,
+                        topic,
+                        expired,
+                    )
+                self._note_seen(topic, topic_id, offsets, record, session)
                 records[topic] = record
             if time.monotonic() - began < _STALE_READ_S:
                 break
         return committed, records
+
+    def _session(self) -> int | None:
+        client_id = self._client.client_id
+        return int(client_id[0]) if client_id else None
+
+    def _note_seen(
+        self,
+        topic: str,
+        topic_id: str,
+        offsets: Mapping[int, int],
+        record: TopicRecord,
+        session: int | None,
+    ) -> None:
+        """Remember the partitions where Kafka holds one of the group's own offsets now."""
+        if session is None or session != self._session():
+            return  # the session changed during the read: the group may have stopped meanwhile
+        for partition, offset in offsets.items():
+            if offset >= 0 and offset in record.committed.get(partition, ()):
+                self._seen[(topic, partition)] = (session, topic_id)
 
     def _committed(self, consumer: KafkaConsumer, timeout: float) -> dict[TP, int]:
         wanted = [TopicPartition(t, p) for t, p in self.partitions()]
@@ -210,6 +249,10 @@ class TopicWatch:
                 bases[(topic, partition)] = offset
                 continue
             record = self.records.get(topic)
+            named = () if record is None else record.committed.get(partition, ())
+            if named and -1 not in named:  # Kafka expired the group's own offset (reconciled)
+                bases[(topic, partition)] = min(named)
+                continue
             to_end = reset in _RESET_TO_END and not (record is not None and record.added(partition))
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(topic, partition), timeout=self._timeout

@@ -22,6 +22,11 @@ may run the garbage collector, which aborts the process if it frees another clie
 One pass at a time, and a commit is only named after the previous one has finished: the record
 names two offsets per partition (the new one, and what Kafka held), which is only sound while no
 other commit of the group is on its way to Kafka.
+
+Unchanged offsets are committed again every ``OFFSET_REFRESH_S`` (and at a new leader's first
+pass): members only ``assign()``, so Kafka sees a group without members and expires each offset
+``offsets.retention.minutes`` after its last commit, even while the group runs. A quiet
+partition's offset would go, and lag tools would lose the group there.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from coordinator.layout import GroupLayout
 from coordinator.modes.range_cursors import low_watermarks
 from coordinator.modes.topic_watch import TopicWatch
 from keyshared.kafka.client_config import client_properties
+from keyshared.kafka.commits import OFFSET_REFRESH_S
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.log_ends import log_end
 
@@ -86,6 +92,7 @@ class LowWatermarkPass:
         self._thread: threading.Thread | None = None
         self._next = 0.0
         self._failing_since: float | None = None  # of the current run of failed passes
+        self._refresh_at = 0.0  # when unchanged offsets are committed again (monotonic)
         self._warned_at = 0.0
 
     def due(self) -> None:
@@ -164,7 +171,10 @@ class LowWatermarkPass:
         if not offsets:
             self._failing_since = None  # read through; nothing to commit
             return False
-        todo = [tp for tp in offsets if committed.get((tp.topic, tp.partition)) != tp.offset]
+        refresh = time.monotonic() >= self._refresh_at
+        todo = [
+            tp for tp in offsets if refresh or committed.get((tp.topic, tp.partition)) != tp.offset
+        ]
         allowed: list[TopicPartition] = []
         try:
             todo = self._within_logs(todo)
@@ -178,6 +188,8 @@ class LowWatermarkPass:
                 # Waited for: the record names this commit and what Kafka held before it;
                 # the next pass must know which of the two Kafka holds.
                 self._commit(allowed)
+            if refresh:
+                self._refresh_at = time.monotonic() + OFFSET_REFRESH_S
             if last:
                 done = {(tp.topic, tp.partition): tp.offset for tp in allowed}
                 self._settle({**committed, **done}, at_once=True)

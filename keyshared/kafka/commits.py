@@ -1,13 +1,21 @@
 """Turns windows into commits: the safe cursor as the offset, finished records as metadata.
 
 Only the poll thread commits, so the committed offset of a partition only ever comes from its
-window's safe cursor. Periodic commits are asynchronous and skipped when nothing moved; commits
-on revoke and on shutdown are synchronous, because after them another member may start.
+window's safe cursor. Periodic commits are asynchronous and skipped when nothing moved, unless
+the last one is ``OFFSET_REFRESH_S`` old; commits on revoke and on shutdown are synchronous,
+because after them another member may start.
+
+The refresh is for groups Kafka sees without members (``exclusive`` and ``key_shared`` only
+``assign()``): Kafka expires their offsets ``offsets.retention.minutes`` (7 days by default)
+after the last commit, running or not, and a partition quiet that long would restart from
+``auto.offset.reset`` at the next activation.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -18,9 +26,14 @@ from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.runtime.control import DispatchControl
 from keyshared.runtime.partition import PartitionState
 
-__all__ = ["Committer"]
+__all__ = ["OFFSET_REFRESH_S", "Committer"]
 
 log = logging.getLogger(__name__)
+
+OFFSET_REFRESH_S = 3600.0
+"""How old an unchanged commit may get before it is sent again: far within Kafka's offset
+retention (``offsets.retention.minutes``: 7 days by default, 1 day before Kafka 2.0), at the
+cost of one commit per quiet partition an hour."""
 
 # Expected when a periodic commit races a rebalance; the revoke path commits synchronously.
 _REBALANCE_CODES = (
@@ -53,6 +66,7 @@ class Committer:
         self._metrics = metrics
         self._dispatcher = dispatcher
         self._max_metadata_bytes = max_metadata_bytes
+        self._sent_at: dict[tuple[str, int], float] = {}  # last commit sent (monotonic)
 
     def _offsets(
         self,
@@ -66,6 +80,7 @@ class Committer:
         snapshot, outputs = self._dispatcher.commit_snapshot(states, taken is not None)
         if taken is not None:
             taken.extend(outputs)
+        now = time.monotonic()
         for state, cursor, finished in snapshot:
             metadata = ""
             if finished:
@@ -85,9 +100,11 @@ class Committer:
                         self._max_metadata_bytes,
                     )
                 metadata = encoded.text
-            if skip_unchanged and state.commit_sent == (cursor, metadata):
+            unchanged = skip_unchanged and state.commit_sent == (cursor, metadata)
+            if unchanged and now - self._sent_at.get(state.tp, -math.inf) < OFFSET_REFRESH_S:
                 continue
             state.commit_sent = (cursor, metadata)
+            self._sent_at[state.tp] = now
             offsets.append(TopicPartition(state.topic, state.partition, cursor, metadata=metadata))
         return offsets
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from coordinator.incarnations import (
     SETTLE_AFTER_S,
     Incarnation,
@@ -88,3 +91,42 @@ def test_the_older_offset_is_forgotten_only_well_after_the_commit_was_named() ->
     # Once settled, a reset to the older offset shows.
     _, changes = reconcile(settled(named, {0: 20}, now=None), "id", 1, {0: 10})
     assert changes
+
+
+def test_an_offset_that_expired_under_a_running_group_is_no_reset() -> None:
+    """Kafka expires the offsets of a group it sees without members (members only assign)
+    ``offsets.retention.minutes`` after their commit, even while the group runs. Taken for a
+    reset, a quiet partition lost every cursor and the next re-read replayed it."""
+    record = TopicRecord("id", committed={0: (20,), 1: (5,)}, version=3)
+    kept, changes = reconcile(record, "id", 2, {0: -1, 1: 5}, running={0, 1})
+    assert not changes and kept == record and kept.accepts(0, Incarnation("id", 0))
+    # A group that was stopped meanwhile: --delete-offsets, still a reset (as before).
+    gone, changes = reconcile(record, "id", 2, {0: -1, 1: 5})
+    assert changes and gone.epochs == {0: 1}
+    # An explicit offset that is not the group's is a reset, running or not.
+    moved, changes = reconcile(record, "id", 2, {0: 7, 1: 5}, running={0, 1})
+    assert changes and moved.epochs == {0: 1} and moved.committed[0] == (7,)
+
+
+_offsets = st.integers(min_value=-1, max_value=30)
+
+
+@given(
+    named=st.dictionaries(st.integers(0, 3), st.lists(_offsets, min_size=1, max_size=2)),
+    kafka=st.dictionaries(st.integers(0, 3), _offsets),
+    running=st.sets(st.integers(0, 3)),
+)
+def test_running_only_spares_missing_offsets_of_running_partitions(
+    named: dict[int, list[int]], kafka: dict[int, int], running: set[int]
+) -> None:
+    record = TopicRecord("id", committed={p: tuple(o) for p, o in named.items()}, version=1)
+    stopped, _ = reconcile(record, "id", 4, kafka)
+    ran, _ = reconcile(record, "id", 4, kafka, running)
+    for partition in range(4):
+        spared = partition in running and kafka.get(partition, 0) < 0
+        if spared:  # an expiry: the cursors keep counting, the record is left as it was
+            assert ran.epochs.get(partition, 0) == 0
+            assert ran.committed.get(partition) == record.committed.get(partition)
+        else:  # everything else is judged exactly as for a stopped group
+            assert ran.epochs.get(partition, 0) == stopped.epochs.get(partition, 0)
+            assert ran.committed.get(partition) == stopped.committed.get(partition)

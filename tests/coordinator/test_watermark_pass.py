@@ -11,10 +11,12 @@ import logging
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from coordinator.layout import GroupLayout
 from coordinator.modes import watermark_pass
 from coordinator.modes.watermark_pass import FAILING_WARN_S, LowWatermarkPass
+from keyshared.kafka.commits import OFFSET_REFRESH_S
 
 
 class _Watch:
@@ -72,3 +74,61 @@ def test_failures_that_last_are_a_warning_until_a_pass_succeeds(
     clock.now += FAILING_WARN_S * 2
     assert pass_.run() is False
     assert len(warnings()) == 1, "a new run of failures starts from its own first failure"
+
+
+class _Records:
+    """The topic records: every commit is named (nothing else to check here)."""
+
+    def commit(self, topic: str, topic_id: str, offsets: Any, held: Any) -> bool:
+        return True
+
+    def settle(self, *args: Any) -> None:
+        pass
+
+
+class _Quiet:
+    """A group whose only partition stays at offset 10, which Kafka keeps holding."""
+
+    described = {"t": ("id", 1)}
+
+    def reconciled(self, kafka_offsets: Any) -> tuple[dict[Any, int], dict[str, Any]]:
+        return {("t", 0): 10}, {}
+
+    def split(self, cursors: Any, records: Any) -> tuple[list[Any], list[Any]]:
+        return [], []
+
+
+def test_an_unchanged_offset_is_committed_again_well_within_kafkas_retention(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Members only assign(), so Kafka expires the group's offsets ``offsets.retention.minutes``
+    after their last commit even while it runs: a quiet partition's must be sent again."""
+    clock = _Clock()
+    monkeypatch.setattr(watermark_pass.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(watermark_pass, "read_cursors", lambda client, layout: [])
+    monkeypatch.setattr(watermark_pass, "_delete", lambda client, layout, stale: None)
+    monkeypatch.setattr(watermark_pass, "delete_superseded", lambda client, layout, valid: None)
+    monkeypatch.setattr(
+        watermark_pass, "low_watermarks", lambda valid: [TopicPartition("t", 0, 10)]
+    )
+    pass_ = LowWatermarkPass(_Quiet(), None, GroupLayout("g"), {"group.id": "g"})  # type: ignore[arg-type]
+    pass_._records = _Records()  # type: ignore[assignment]
+    sent: list[list[tuple[str, int, int]]] = []
+    monkeypatch.setattr(pass_, "_within_logs", lambda offsets: offsets)
+    monkeypatch.setattr(
+        pass_,
+        "_commit",
+        lambda offsets: sent.append([(o.topic, o.partition, o.offset) for o in offsets]),
+    )
+
+    assert pass_.run()
+    assert sent == [[("t", 0, 10)]], "a new leader's first pass refreshes what Kafka holds"
+    clock.now += watermark_pass.EVERY_S
+    assert pass_.run()
+    assert len(sent) == 1, "unchanged and recent: not sent again"
+    clock.now += OFFSET_REFRESH_S
+    assert pass_.run()
+    assert sent[1:] == [[("t", 0, 10)]], "unchanged, but as old as the refresh period"
+    clock.now += watermark_pass.EVERY_S
+    assert pass_.run()
+    assert len(sent) == 2

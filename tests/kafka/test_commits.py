@@ -17,7 +17,8 @@ from prometheus_client import REGISTRY
 
 from keyshared.core.offsets import decode_finished
 from keyshared.core.window import InFlightWindow
-from keyshared.kafka.commits import Committer
+from keyshared.kafka import commits
+from keyshared.kafka.commits import OFFSET_REFRESH_S, Committer
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.dispatcher import Dispatcher
 from keyshared.runtime.partition import PartitionState
@@ -141,3 +142,26 @@ def test_partition_without_a_window_commits_nothing() -> None:
     d.state.window = None  # assigned, no record seen and no committed offset
     assert d.committer.commit_sync([d.state])
     assert d.fake.commits == []
+
+
+def test_an_unchanged_offset_is_sent_again_well_within_kafkas_retention(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kafka expires the offsets of a group it sees without members (``exclusive`` only
+    assigns) ``offsets.retention.minutes`` after their last commit, running or not: a partition
+    quiet that long would restart from ``auto.offset.reset`` at the next activation."""
+    now = [1000.0]
+    monkeypatch.setattr(commits.time, "monotonic", lambda: now[0])
+    d = Desk()
+    d.finish(0, 1)
+    d.committer.commit_async([d.state])
+    d.serve_callbacks()
+    now[0] += OFFSET_REFRESH_S - 1
+    d.committer.commit_async([d.state])  # unchanged and recent: skipped
+    assert d.sent() == [(2, "")]
+    now[0] += 1
+    d.committer.commit_async([d.state])  # unchanged, but as old as the refresh period
+    d.serve_callbacks()
+    assert d.sent() == [(2, ""), (2, "")]
+    d.committer.commit_async([d.state])
+    assert d.sent() == [(2, ""), (2, "")], "refreshed once, not at every commit"

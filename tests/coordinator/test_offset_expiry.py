@@ -1,0 +1,151 @@
+"""Kafka's expiry of a running ``key_shared`` group's offsets is no operator reset.
+
+Members only ``assign()``, so Kafka sees a group without members and expires each of its
+offsets ``offsets.retention.minutes`` after its commit, even while the group runs. The
+low-watermark pass committed a quiet partition's offset once and never again; once Kafka
+expired it, the next pass read the missing offset as a reset of a stopped group, dropped every
+cursor of the partition, and the next re-read (any plan change) replayed it from its start.
+
+The broker here keeps offsets for one minute and looks every two seconds, so the expiry
+happens within the test; the tests' own broker keeps them for a week.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from kazoo.client import KazooClient
+
+from coordinator import ZooKeeperCoordinator
+from coordinator.layout import GroupLayout
+from coordinator.modes.topic_watch import TopicWatch
+from keyshared.dev import LocalCluster
+from keyshared.dev.topics import create_topic, unique_name
+from tests.coordinator.conftest import NAMESPACE, WAIT_S, ClientFactory, expire_session
+from tests.coordinator.members import StartMember
+from tests.kafka.support.inprocess import Recorder
+from tests.kafka.support.journal import committed, wait_for
+
+pytestmark = pytest.mark.integration
+
+RETENTION_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def _expiring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A broker that expires committed offsets a minute after their commit, and a ZooKeeper."""
+    cluster = LocalCluster(
+        Path(tmp_path_factory.mktemp("expiring-offsets")),
+        kafka_heap_mb=512,
+        kafka_overrides={
+            "offsets.retention.minutes": str(int(RETENTION_S // 60)),
+            "offsets.retention.check.interval.ms": "2000",
+        },
+    )
+    try:
+        status = cluster.up()
+        assert status.kafka.address and status.zookeeper.address
+        yield status.kafka.address, status.zookeeper.address
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="module")
+def kafka_bootstrap(_expiring: tuple[str, str]) -> str:
+    return _expiring[0]
+
+
+@pytest.fixture(scope="module")
+def zookeeper_hosts(_expiring: tuple[str, str]) -> str:
+    return _expiring[1]
+
+
+def _watch(client: KazooClient, layout: GroupLayout) -> TopicWatch:
+    watch = TopicWatch(client, layout, {"bootstrap.servers": "127.0.0.1:9"}, ["t"], 1.0)
+    watch.described = {"t": ("id", 2)}  # what describing the topic would say
+    return watch
+
+
+def test_only_a_member_live_since_kafka_held_the_offset_takes_its_absence_for_an_expiry(
+    zk_client: ClientFactory, layout: GroupLayout, zookeeper_hosts: str
+) -> None:
+    client = zk_client()
+    watch = _watch(client, layout)
+    watch.reconciled(lambda: {("t", 0): 10, ("t", 1): 5})  # the group's own offsets, seen
+    _, records = watch.reconciled(lambda: {("t", 0): -1, ("t", 1): 5})
+    assert records["t"].epochs == {}, "expired under a live member: the cursors still count"
+    watch.records = records  # as read() keeps them: slots without a cursor start at 10
+    assert watch.bases(None, {("t", 0): -1}, "earliest") == {("t", 0): 10}  # type: ignore[arg-type]
+
+    # A member that never saw the offset (the first one after a stop) cannot tell an expiry
+    # from kafka-consumer-groups --delete-offsets: that is the reset rule of a stopped group.
+    _, records = _watch(zk_client(), layout).reconciled(lambda: {("t", 0): -1, ("t", 1): 5})
+    assert records["t"].epochs == {0: 1}
+
+    # Nor can one whose session ended since it looked: the group may have stopped meanwhile.
+    expire_session(client, zookeeper_hosts)
+    _, records = watch.reconciled(lambda: {("t", 0): -1, ("t", 1): -1})
+    assert records["t"].epochs == {0: 1, 1: 1}
+
+
+def _produce(bootstrap: str, topic: str, partition: int, keys: list[bytes], seq: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for key in keys:
+        producer.produce(topic, key=key, value=str(seq).encode(), partition=partition)
+    assert producer.flush(30) == 0
+
+
+def test_a_quiet_partition_is_not_replayed_after_kafka_expired_its_offset(
+    start: StartMember,
+    kafka_bootstrap: str,
+    zookeeper_hosts: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic, group = unique_name("expiring"), unique_name("expiring")
+    create_topic(AdminClient({"bootstrap.servers": kafka_bootstrap}), topic, 1)
+    keys = [f"k{i}".encode() for i in range(20)]
+    for seq in range(1, 6):
+        _produce(kafka_bootstrap, topic, 0, keys, seq)
+    journals = [Recorder(pid=1), Recorder(pid=2), Recorder(pid=3)]
+    start(group, topic, journals[0], member="A")
+    start(group, topic, journals[1], member="B")
+
+    def handled() -> int:
+        return len({(e.key, e.seq) for j in journals for e in j.events if e.kind == "E"})
+
+    wait_for(lambda: handled() == 100, WAIT_S * 2, "the 100 records handled")
+    wait_for(lambda: committed(kafka_bootstrap, group, topic)[0][0] == 100, WAIT_S, "offset 100")
+
+    # The partition stays quiet; Kafka expires its offset a minute after the last commit, and
+    # the leader's pass (every 5 s) finds it gone.
+    caplog.set_level(logging.WARNING, logger="coordinator.modes.topic_watch")
+
+    def expiry_seen() -> bool:
+        return any("partition(s) [0]" in m or "partition 0:" in m for m in caplog.messages)
+
+    wait_for(expiry_seen, RETENTION_S * 2, "the leader's pass to find the offset gone", 0.5)
+
+    # A plan change: every member reads its ranges' cursors again.
+    start(group, topic, journals[2], member="C")
+    with ZooKeeperCoordinator(zookeeper_hosts, namespace=NAMESPACE) as admin:
+        wait_for(
+            lambda: any(i.held and i.member_id == "C" for i in admin.status(group).leases),
+            WAIT_S * 2,
+            "C to hold its range",
+        )
+    _produce(kafka_bootstrap, topic, 0, keys, 6)  # after whatever a re-read replays, per key
+    wait_for(lambda: handled() == 120, WAIT_S * 2, "the 20 new records handled")
+    runs = [(e.key, e.seq) for j in journals for e in j.events if e.kind == "E" and e.seq <= 5]
+    again = len(runs) - len(set(runs))
+    assert again == 0, f"{again} of the 100 quiet records were handled again after the expiry"
+    assert not any("reset while stopped" in m for m in caplog.messages), caplog.messages
+    wait_for(
+        lambda: committed(kafka_bootstrap, group, topic)[0][0] == 120,
+        WAIT_S,
+        "the pass to commit the new offset (Kafka holds one again)",
+    )
