@@ -186,7 +186,7 @@ class ExclusiveMember:
         candidacy, self._candidacy = self._candidacy, None
         if candidacy is not None:
             candidacy.lock.cancel()
-            self._hand_back.add(_ACTIVE, candidacy.give_up, self._states)
+            self._hand_back.add(_ACTIVE, candidacy.give_up, self._activity_states())
         self._gate.stop()
         self._kafka.stop()
         self._hand_back.leave(self._zk.close)
@@ -222,8 +222,8 @@ class ExclusiveMember:
         if not self._assigned:
             candidacy.withdraw()  # a standby: out of the queue
             return
-        partitions, states = list(self._assigned), self._states
-        self._require_events().lost(partitions)
+        self._require_events().lost(list(self._assigned))
+        states = self._activity_states()
         self._assigned, self._states = [], []
         with contextlib.suppress(KafkaException):
             self._consumer.assign([])
@@ -293,6 +293,14 @@ class ExclusiveMember:
         self._hand_back.add(_ACTIVE, candidacy.give_up)
         self._stand_by()
 
+    def _activity_states(self) -> list[PartitionState]:
+        """Every state of the activity whose calls the lock waits for: those of the activation
+        and the dispatcher's stragglers of its partitions (states an exactly-once redo
+        replaced since the activation, or drained past ``drain_timeout``)."""
+        partitions = {s.tp for s in self._states} | set(self._assigned)
+        stragglers = self._ctx.dispatcher.stragglers(partitions)
+        return [*(s for s in self._states if s not in stragglers), *stragglers]
+
     # -- the session ------------------------------------------------------------------------------
 
     def _fence(self) -> None:
@@ -305,9 +313,9 @@ class ExclusiveMember:
         if not self._assigned:
             return
         events = self._require_events()
-        # The lock went with the session; its handlers may still run: kept until they end.
-        self._hand_back.add(_ACTIVE, gone, self._states, alive=False)
         events.lost(list(self._assigned))
+        # The lock went with the session; its handlers may still run: kept until they end.
+        self._hand_back.add(_ACTIVE, gone, self._activity_states(), alive=False)
         self._assigned = []
         self._states = []
         with contextlib.suppress(KafkaException):
@@ -324,6 +332,10 @@ class ExclusiveMember:
             return {tp: starts[tp] for tp in partitions}
         assert self._committer is not None
         return self._committer.starting_points(partitions, timeout)
+
+    def leaving(self, partitions: list[TP]) -> None:
+        if self._committer is not None:
+            self._committer.leaving(partitions)
 
     def commit_async(self, states: Iterable[PartitionState]) -> None:
         states = list(states)

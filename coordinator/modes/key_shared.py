@@ -39,7 +39,6 @@ from coordinator.modes.deferred_rebuild import DeferredRebuild
 from coordinator.modes.handback import HandBack
 from coordinator.modes.held_ranges import HeldRanges
 from coordinator.modes.kafka_liveness import KafkaLiveness, PlanWithdrawal
-from coordinator.modes.key_shared_stragglers import FencedKeys
 from coordinator.modes.lease_queue import LeaseQueue
 from coordinator.modes.range_cursors import partitions_of, token_lookup
 from coordinator.modes.session_gate import SessionGate
@@ -81,7 +80,6 @@ class KeySharedMember:
         self._group = context.group
         self._me = context.member_id
         self._dispatcher = context.dispatcher
-        self._dispatcher.use_hold(FencedKeys())  # a key waits for its own fenced calls only
         self._admission = Admission(self._options.key_filters, self._options.null_keys_ordered)
         self._leases = zk.range_leases(self._group, self._me)
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
@@ -208,6 +206,9 @@ class KeySharedMember:
         self, partitions: list[TP], timeout: float
     ) -> dict[TP, tuple[int | None, str]]:
         return {tp: (self._claims[tp].start, "") for tp in partitions if tp in self._claims}
+
+    def leaving(self, partitions: list[TP]) -> None:
+        """Nothing to drop: ranges hand over through their own drains."""
 
     def commit_async(self, states: Iterable[PartitionState]) -> None:
         self._flush(list(states), force=False)

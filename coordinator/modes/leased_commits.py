@@ -74,6 +74,9 @@ class LeasedCommits:
             found.update(self.committer.starting_points(missing, timeout))
         return found
 
+    def leaving(self, partitions: list[TP]) -> None:
+        self.committer.leaving(partitions)
+
     def commit_async(self, states: Iterable[PartitionState]) -> None:
         allowed = self._leased(list(states))
         if allowed:

@@ -161,8 +161,7 @@ class PartitionLeaseMember(PartitionReleases):
             pending.cancel()
         self._pending.clear()
         for tp, lease in self._held.items():
-            state = self._state.get(tp)
-            self._hand_back.add(tp_name(tp), self._release_of(lease), [state] if state else [])
+            self._hand_back.add(tp_name(tp), self._release_of(lease), self._states_of(tp))
         for tp, lease in self._ready.items():
             self._hand_back.add(tp_name(tp), self._release_of(lease))
         self._held.clear()

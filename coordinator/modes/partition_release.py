@@ -109,17 +109,24 @@ class PartitionReleases:
     def _give_back(self, tp: TP) -> None:
         """Release the lease of a partition the poll loop let go, once nothing of it runs."""
         lease = self._held.pop(tp)
+        states = self._states_of(tp)
+        running = self._dispatcher.running(states)
+        if running:
+            log.warning(
+                "%s: %d handler(s) still running after the drain; the lease is kept until "
+                "they finish, so the next owner cannot overlap them",
+                tp_name(tp),
+                running,
+            )
+        self._hand_back.add(tp_name(tp), self._release_of(lease), states)
+
+    def _states_of(self, tp: TP) -> list[PartitionState]:
+        """Every state of ``tp`` whose calls a hand-back waits for: the one granted (forgotten
+        here) and the dispatcher's stragglers of the partition, which include states an
+        exactly-once redo replaced since the grant."""
         state = self._state.pop(tp, None)
-        if state is not None:
-            running = self._dispatcher.running([state])
-            if running:
-                log.warning(
-                    "%s: %d handler(s) still running after the drain; the lease is kept until "
-                    "they finish, so the next owner cannot overlap them",
-                    state,
-                    running,
-                )
-        self._hand_back.add(tp_name(tp), self._release_of(lease), [state] if state else [])
+        stragglers = self._dispatcher.stragglers([tp])
+        return [state, *stragglers] if state is not None and state not in stragglers else stragglers
 
     # -- ZooKeeper takes leases away --------------------------------------------------------------
 
@@ -134,8 +141,8 @@ class PartitionReleases:
         if held:
             events.lost(held)
         self._hand_back.fence_all()
-        for tp, state in self._state.items():
-            self._hand_back.add(tp_name(tp), gone, [state], alive=False)
+        for tp in list(self._state):
+            self._hand_back.add(tp_name(tp), gone, self._states_of(tp), alive=False)
         self._held.clear()
         self._state.clear()
         self._pause(self._assigned)
@@ -147,9 +154,7 @@ class PartitionReleases:
             return
         self._require_events().lost([tp])
         self._held.pop(tp)
-        state = self._state.pop(tp, None)
-        if state is not None:
-            self._hand_back.add(tp_name(tp), gone, [state], alive=False)
+        self._hand_back.add(tp_name(tp), gone, self._states_of(tp), alive=False)
         self._pause([tp])
         if tp in self._assigned:
             self._queue_for(tp)

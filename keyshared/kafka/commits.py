@@ -120,6 +120,9 @@ class Committer:
             for tp in committed
         }
 
+    def leaving(self, partitions: list[tuple[str, int]]) -> None:
+        """Nothing to drop: plain commits keep no per-partition work."""
+
     def commit_async(self, states: Iterable[PartitionState]) -> None:
         """Commit what moved since the last commit sent; the outcome arrives in on_commit."""
         offsets = self._offsets(states, skip_unchanged=True)

@@ -242,6 +242,7 @@ class PollLoop:
         Returns whether everything in flight there finished within the drain timeout.
         """
         self._metrics.rebalance("revoked")
+        self._cursors.leaving(partitions)
         revoked = [s for tp in partitions if (s := self.states.pop(tp, None))]
         try:
             if not revoked:

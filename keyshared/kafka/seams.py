@@ -8,14 +8,15 @@ seam                      partition mode (today)                 with the coordi
 ========================  =====================================  =============================
 :class:`Membership`       the Kafka group's rebalance callbacks  ZooKeeper members and ranges
 :class:`Ownership`        the static key filters                 "is this key's slot mine?"
-:class:`DispatchHold`     (none)                                 a key waits for its fenced call
 :class:`CursorStore`      Kafka offset commits                   commits fenced by a lease
-:class:`DispatchControl`  (unused)                               hold, drain and fence dispatch
+:class:`DispatchControl`  the committers' snapshots              named holds, drain, stragglers
 :class:`PollInbox`        (unused)                               kazoo's thread asks the poll
                                                                  thread to pause, drain, commit
 ========================  =====================================  =============================
 
-Where handlers run (threads, asyncio, batch pools, pull) is :mod:`keyshared.runtime.runners`.
+``Ownership`` and ``DispatchControl`` live in :mod:`keyshared.runtime.control`, beside the
+dispatcher they steer. Where handlers run (threads, asyncio, batch pools, pull) is
+:mod:`keyshared.runtime.runners`.
 
 Each protocol says which thread calls it. The poll thread is the only one that touches the
 Kafka consumer, so everything that another thread wants done with it goes through the inbox.
@@ -69,6 +70,10 @@ class CursorStore(Protocol):
     def commit_async(self, states: Iterable[PartitionState]) -> None: ...
 
     def commit_sync(self, states: Iterable[PartitionState]) -> bool: ...
+
+    def leaving(self, partitions: list[tuple[str, int]]) -> None:
+        """These partitions are being revoked: nothing of theirs is to be started again here
+        (a pending exactly-once redo of one is dropped). Called before their final commit."""
 
 
 class MembershipEvents(Protocol):

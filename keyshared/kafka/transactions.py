@@ -291,6 +291,13 @@ class TransactionalCommitter(Committer):
         live = self._events.states if self._events is not None else {}
         self.redo([s.tp for s in states if live.get(s.tp) is s])
 
+    def leaving(self, partitions: list[TP]) -> None:
+        """A revoke: a pending redo of these partitions is dropped, so the revoke's own commit
+        (which finishes pending redos first) does not build them again inside the callback."""
+        for tp in partitions:
+            self._redo_pending.discard(tp)
+            self._redo_fencing.pop(tp, None)
+
     def redo(self, tps: list[TP] | None = None) -> None:
         """These partitions (default: every live one) as if lost and assigned again: windows
         dropped, states rebuilt from the committed offsets and metadata, the consumer

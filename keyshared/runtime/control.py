@@ -16,7 +16,7 @@ from keyshared.core.runs import OffsetRuns
 if TYPE_CHECKING:
     from keyshared.runtime.partition import PartitionState
 
-__all__ = ["Accepts", "DispatchControl", "DispatchHold", "KeyFilterOwnership", "Ownership", "Work"]
+__all__ = ["Accepts", "DispatchControl", "KeyFilterOwnership", "Ownership", "Work"]
 
 Accepts = Callable[[bytes | None, int], bool]  # (raw key, offset) -> run it here?
 Work = tuple["PartitionState", Any]
@@ -28,8 +28,6 @@ class DispatchControl(Protocol):
     dispatch, stop partitions, wait for their drain, fence dispatch by liveness, and read what
     runs and what may be committed, each in one step."""
 
-    def use_hold(self, hold: DispatchHold) -> None: ...
-
     def take_hold(self, name: str) -> None: ...
 
     def lift_hold(self, name: str) -> bool: ...
@@ -37,6 +35,8 @@ class DispatchControl(Protocol):
     def holds(self) -> dict[str, float]: ...
 
     def running(self, states: Iterable[PartitionState]) -> int: ...
+
+    def stragglers(self, partitions: Iterable[tuple[str, int]]) -> list[PartitionState]: ...
 
     def progress(
         self, states: Iterable[PartitionState]
@@ -71,33 +71,6 @@ class Ownership(Protocol):
     """
 
     def admission(self, state: PartitionState) -> Accepts | None: ...
-
-
-class DispatchHold(Protocol):
-    """Records a window released that must not start yet: in ``key_shared`` mode, records of
-    a key whose call in a fenced (removed) partition still runs (issue 24, defect 5).
-
-    Called under the dispatcher's lock, on whichever thread holds it; must not block. It is
-    false while it holds nothing, so the dispatcher asks nothing more on the common path.
-    """
-
-    def __bool__(self) -> bool: ...
-
-    def fenced(self, state: PartitionState, stragglers: list[Any]) -> None:
-        """``state`` was removed while these entries of it still counted as running."""
-
-    def admit(self, works: list[Work]) -> list[Work]:
-        """The works that may start now; the others wait, still counted as running."""
-        ...
-
-    def ended(self, state: PartitionState, entry: Any | None, idle: bool) -> list[Work]:
-        """An entry of a removed ``state`` stopped running (``idle``: nothing of it runs any
-        more); the works that may start now."""
-        ...
-
-    def withdraw(self, states: list[PartitionState]) -> list[Work]:
-        """These partitions stop dispatching: their waiting works, which will never start."""
-        ...
 
 
 class KeyFilterOwnership:

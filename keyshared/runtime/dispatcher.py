@@ -14,8 +14,11 @@ When a ready record may not start yet:
   metrics and logs;
 - **liveness**: a coordinator's "may I still run?"; a record found not live takes the
   ``zookeeper-liveness`` hold, which the coordinator lifts on its next proof of life;
-- **fenced keys** (``key_shared``): a record whose key still has a call running in a removed
-  partition state waits for that call, alone; the other keys go on.
+- **fenced keys** (every mode): a record whose key still has a call running in a removed
+  partition state (a lost session, an exactly-once redo, a drain that timed out) waits for
+  that call, alone; the other keys go on. The removed states with calls still running are the
+  partition's *stragglers* (:meth:`Dispatcher.stragglers`): whatever hands a partition over
+  waits for them as well as for the state it knows.
 
 A record waiting out its retry backoff counts as running (its key is busy and its window may
 not be replaced under it) until it runs again or its partition stops dispatching.
@@ -29,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from keyshared.core.entry import CursorBlocker
 from keyshared.core.modes import Mode
@@ -38,11 +41,9 @@ from keyshared.core.runs import OffsetRuns
 from keyshared.core.split_keys import SplitKeyDetector
 from keyshared.core.window import Entry, InFlightWindow
 from keyshared.runtime.control import Accepts, KeyFilterOwnership, Ownership
+from keyshared.runtime.fenced_keys import FencedKeys
 from keyshared.runtime.partition import Blocked, PartitionState, Phase
 from keyshared.settings import ConsumerOptions
-
-if TYPE_CHECKING:
-    from keyshared.runtime.control import DispatchHold
 
 __all__ = ["LIVENESS_HOLD", "Dispatcher", "Progress", "WindowFigures", "Work"]
 
@@ -102,7 +103,8 @@ class Dispatcher:
         self._holds: dict[str, float] = {}  # name -> monotonic time it was taken
         self._held: list[tuple[int, list[Work]]] | None = None  # ready while a hold is in place
         self._live: Callable[[], bool] | None = None  # a coordinator's "may I still run?"
-        self._fenced: DispatchHold | None = None  # keys waiting for their fenced calls
+        self._fenced = FencedKeys()  # keys waiting for calls of removed states
+        self._stragglers: dict[TP, list[PartitionState]] = {}  # removed, calls still running
         self._submit = submit
         self._on_draining = on_draining
         self._round_robin = itertools.cycle(range(workers))
@@ -457,15 +459,10 @@ class Dispatcher:
             assert self._held is not None
             self._held.append((entry.worker, [(state, entry)]))
 
-    def use_hold(self, hold: DispatchHold) -> None:
-        """Let ``hold`` keep released records from starting (wired before the first record):
-        every removed partition's running entries are reported to it, and every end of one."""
-        self._fenced = hold
-
     def _dispatch(self, worker: int, works: list[Work]) -> None:
         """Hand ready records to a worker, or queue them while a hold is in place (lock held)."""
         fenced = self._fenced
-        if fenced is not None and fenced:  # a fenced call of their key still runs: they wait
+        if fenced:  # a call of their key in a removed state still runs: they wait
             works = fenced.admit(works)
             if not works:
                 return
@@ -479,11 +476,23 @@ class Dispatcher:
     def _ended(self, state: PartitionState, entry: Entry[Any] | None) -> None:
         """An entry of a partition no longer active stopped running (lock held): start what
         waited for it."""
-        fenced = self._fenced
-        if fenced is None or not fenced or state.phase is not Phase.GONE:
+        if state.phase is not Phase.GONE:
             return
-        for work in fenced.ended(state, entry, state.running <= 0):
+        idle = state.running <= 0
+        if idle:
+            self._forget_straggler(state)
+        fenced = self._fenced
+        if not fenced:
+            return
+        for work in fenced.ended(state, entry, idle):
             self._dispatch(work[1].worker, [work])
+
+    def _forget_straggler(self, state: PartitionState) -> None:
+        stragglers = self._stragglers.get(state.tp)
+        if stragglers is not None and state in stragglers:
+            stragglers.remove(state)
+            if not stragglers:
+                del self._stragglers[state.tp]
 
     def _drop_held(self, states: list[PartitionState]) -> set[int]:
         """Held records of partitions that stop dispatching never run: they stay incomplete in
@@ -507,13 +516,21 @@ class Dispatcher:
 
     def _withdraw(self, states: list[PartitionState]) -> None:
         """Records of partitions that stop dispatching, waiting for a fenced call, never run."""
-        fenced = self._fenced
-        if fenced is not None:
-            for state, _entry in fenced.withdraw(states):
-                state.running -= 1
-            self._idle.notify_all()
+        for state, _entry in self._fenced.withdraw(states):
+            state.running -= 1
+        self._idle.notify_all()
 
     # -- what the rest of the consumer reads ---------------------------------------------------
+
+    def stragglers(self, partitions: Iterable[TP]) -> list[PartitionState]:
+        """Removed states of these partitions whose calls still run: a hand-over of the
+        partition waits for them too (an exactly-once redo replaced the state a mode knew, or
+        a drain timed out).
+
+        Caller: the modes' hand-backs. Affects: nothing.
+        """
+        with self._lock:
+            return [s for tp in partitions for s in self._stragglers.get(tp, ())]
 
     def running(self, states: Iterable[PartitionState]) -> int:
         """How many entries of ``states`` a worker, a write or a backoff still holds.
@@ -711,7 +728,8 @@ class Dispatcher:
                 if state.window is None:
                     continue
                 drain = state.window.remove()
-                if fenced is not None and state.running > 0:
+                if state.running > 0:
+                    self._stragglers.setdefault(state.tp, []).append(state)
                     # In flight but not running: dropped from the held queue, blocked, or
                     # withdrawn from a backoff.
                     idle = dropped | {id(b.entry) for b in state.blocked.values()}

@@ -208,3 +208,22 @@ def test_a_redo_interrupted_after_building_a_state_still_seeks_and_resumes(desk:
     committer.commit_async([])
     assert consumer.seeks == [(0, 2)] and consumer.paused == set()
     assert events.states[state.tp].committed == 2
+
+
+def test_a_revoke_drops_a_pending_redo_instead_of_rebuilding_the_partition(desk: Any) -> None:
+    """A redo left pending (the broker did not answer) is finished before the next
+    transaction, and a revoke's final commit is one: inside the revoke callback the partition
+    is still in the assignment, so the pending redo built a fresh state for the partition
+    being handed over, which then stayed in the poll loop after it was gone."""
+    committer, state, events, consumer = desk
+    producer = FakeProducer.instances[-1]
+    producer.fail_commit = KafkaError(KafkaError.ILLEGAL_GENERATION, txn_requires_abort=True)
+    events.fail_after_state = 1
+    _finish(state, 0, 1)
+    assert not committer.commit_sync([state])
+    assert state.tp not in events.states  # pending: nothing rebuilt yet
+    producer.fail_commit = None
+    committer.leaving([state.tp])  # the revoke, before its final commit
+    assert committer.commit_sync([])
+    assert state.tp not in events.states, "the revoked partition was built again"
+    assert consumer.seeks == []

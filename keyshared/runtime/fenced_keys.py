@@ -1,18 +1,19 @@
-"""``key_shared``: a key whose call outlived its member's session waits for it, alone.
+"""A key whose call outlived its partition state waits for it, alone, in every mode.
 
-When a member's ZooKeeper session expires it drops every partition at once (fencing), but a
-handler already running goes on; the member cannot stop it. When the member takes the range
-back, its re-read hands that record (or its key's next one) to a new window. Starting it then
-would run one key twice at once in this process (issue 24, defect 5). Holding the whole re-read
-back until the fenced handlers end, as an earlier fix did, stalls every other key behind one
-stuck handler, so it was reverted. Here the hold is per key (:class:`keyshared.core.stragglers.
-KeyHolds`): the dispatcher reports each removed partition's running calls and each end of one,
-and asks before starting a record; only records of a key with a fenced call still running wait,
-in their window, counted as running, and start when it ends.
+A partition's state ends while handlers of it may still run, and the member cannot stop them:
+a ``key_shared`` member's session expired and it dropped every partition (fencing); an
+exactly-once redo replaced a state after a failed transaction; a revoke's drain timed out and
+the partition came back. The new state's window then hands the same record (or its key's next
+one) to a worker; starting it would run one key twice at once in this process (and break
+``exclusive`` mode's one serial lane per partition, whose records all share one lane key).
+Holding the whole new state back until the old calls end would stall every other key behind
+one stuck handler. So the hold is per key (:class:`keyshared.core.stragglers.KeyHolds`): the
+dispatcher reports each removed state's running calls and each end of one, and asks before
+starting a record; only records of a key with such a call still running wait, in their window,
+counted as running, and start when it ends.
 
-A record that was in its retry backoff when its partition was fenced is not running, but its
-key is held too (nothing tells it apart in the window); that hold ends when nothing of the
-fenced partition runs any more.
+A record in its retry backoff when its state ended is not running: it is withdrawn from the
+backoff and does not hold its key.
 
 A key is a partition's record key, or for an unordered null-key record its offset (those are
 independent records: only the same record waits).
@@ -37,8 +38,8 @@ Held = tuple[str, int, bool, object]  # topic, partition, ordered, key (or offse
 
 
 class FencedKeys:
-    """The dispatcher's hold (:class:`keyshared.kafka.seams.DispatchHold`) in ``key_shared``
-    mode; called under the dispatcher's lock."""
+    """The dispatcher's per-key hold on removed states' running calls; called under the
+    dispatcher's lock only."""
 
     def __init__(self) -> None:
         self._holds: KeyHolds[Held, Work] = KeyHolds()

@@ -1,9 +1,10 @@
-"""The dispatcher's per-key hold, without threads or a broker (issue 24, defect 5).
+"""The dispatcher's per-key hold on removed states' running calls, without threads or a broker.
 
 A partition is removed (fenced) while a call of key ``k`` still runs. The partition is assigned
 again: the new window's record of ``k`` waits for the fenced call; other keys start at once; the
-record starts when the call ends, and a draining partition's waiting records never start. These
-pass only with the hold wired (before it, the new window started ``k`` at once).
+record starts when the call ends, and a draining partition's waiting records never start. The
+hold is on in every mode: a key_shared fence, an exactly-once redo and a timed-out drain all
+remove a state whose calls may still run.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from coordinator.modes.key_shared_stragglers import FencedKeys
+from keyshared.core.modes import Mode
 from keyshared.core.window import Entry
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.dispatcher import Dispatcher, Work
@@ -21,12 +22,11 @@ from tests.kafka.support.fake_consumer import records
 
 
 class Bench:
-    def __init__(self) -> None:
+    def __init__(self, options: ConsumerOptions | None = None) -> None:
         self.submitted: list[Work] = []
         self.dispatcher = Dispatcher(
-            ConsumerOptions(), 4, lambda _w, works: self.submitted.extend(works)
+            options or ConsumerOptions(), 4, lambda _w, works: self.submitted.extend(works)
         )
-        self.dispatcher.use_hold(FencedKeys())
         self.metrics = ConsumerMetrics(f"g-{uuid.uuid4().hex[:8]}", "m")
 
     def state(self) -> PartitionState:
@@ -88,3 +88,35 @@ def test_a_fenced_partition_without_running_calls_holds_nothing() -> None:
     new = b.state()
     b.dispatcher.admit(new, records("t", 0, [(0, b"k")]))
     assert b.started(new) == [0]
+
+
+def test_exclusive_mode_s_lane_waits_for_a_call_of_the_state_a_redo_replaced() -> None:
+    """``exclusive`` runs one record of a partition at a time: after a redo replaced the state
+    while a call ran, no record of the new state starts until that call ends."""
+    b = Bench(ConsumerOptions(mode=Mode.EXCLUSIVE))
+    old = b.state()
+    b.dispatcher.admit(old, records("t", 0, [(0, b"k"), (1, b"j")]))
+    running = b.take(old, 0)
+    b.dispatcher.remove([old])  # the redo drops the state...
+    new = b.state()  # ...and builds it again from the committed offset
+    b.dispatcher.admit(new, records("t", 0, [(0, b"k"), (1, b"j")]))
+    assert b.started(new) == [], "the serial lane ran two records at once"
+    b.dispatcher.finish(old, running)
+    assert b.started(new) == [0]
+
+
+def test_a_removed_state_with_a_call_running_is_a_straggler_of_its_partition_until_it_ends() -> (
+    None
+):
+    """What a mode's hand-back waits for besides the state it knows (a redo replaced it)."""
+    b = Bench()
+    old = b.state()
+    b.dispatcher.admit(old, records("t", 0, [(0, b"k"), (1, b"j")]))
+    running = b.take(old, 0)
+    finished = b.take(old, 1)
+    b.dispatcher.finish(old, finished)
+    b.dispatcher.remove([old])
+    assert b.dispatcher.stragglers([("t", 0)]) == [old]
+    assert b.dispatcher.stragglers([("t", 1)]) == []
+    b.dispatcher.finish(old, running)
+    assert b.dispatcher.stragglers([("t", 0)]) == []
