@@ -169,7 +169,7 @@ def assemble(
             options.metrics_port,
             options.metrics_host,
             hotkeys=lambda: hot_keys_report(loop, redact=options.redact),
-            health=HealthView(loop, options, stop),
+            health=HealthView(loop, options, stop, dispatcher.holds),
         )
         stack.callback(server.close)
         log.info("metrics at %s", server.url)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from keyshared.core.health import Role, Verdict, liveness, readiness
@@ -26,10 +27,18 @@ class HealthView:
     :param loop: the run's poll loop.
     :param options: for ``stuck_after`` and the liveness bound.
     :param stopping: set once ``stop()`` was called: the member is no longer ready.
+    :param holds: the dispatcher's holds in place and their ages.
     """
 
-    def __init__(self, loop: PollLoop, options: ConsumerOptions, stopping: threading.Event) -> None:
+    def __init__(
+        self,
+        loop: PollLoop,
+        options: ConsumerOptions,
+        stopping: threading.Event,
+        holds: Callable[[], dict[str, float]] = dict,
+    ) -> None:
         self._loop = loop
+        self._holds = holds
         self._options = options
         self._stopping = stopping
 
@@ -49,6 +58,7 @@ class HealthView:
             partitions=len(self._loop.states),
             stuck=aged,
             stuck_after=self._options.stuck_after,
+            holds=self._holds(),
         )
 
     def _role(self) -> Role:

@@ -26,7 +26,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -121,19 +121,30 @@ def readiness(
     partitions: int,
     stuck: Sequence[StuckPartition],
     stuck_after: float,
+    holds: Mapping[str, float] | None = None,
 ) -> Verdict:
-    """Ready when live, joined (or a healthy standby), not stopping, and nothing is stuck.
+    """Ready when live, joined (or a healthy standby), not stopping, nothing is stuck, and
+    dispatch is not held for long.
 
     :param role: where the member stands (see :class:`Role`).
     :param partitions: partitions currently assigned to the member.
     :param stuck: each assigned partition's oldest unfinished record (any age); those older
         than ``stuck_after`` make the member not ready.
+    :param holds: the holds on dispatch in place and their ages; one older than
+        ``stuck_after`` makes the member not ready (it starts nothing), and each is named.
     """
     reasons = list(liveness(now, last_iteration, wedged_after).reasons)
     if role not in _READY_ROLES:
         reasons.append(_WHY_NOT[role])
     late = stuck_partitions(stuck, stuck_after)
     reasons.extend(s.describe(stuck_after) for s in late)
+    holds = holds or {}
+    reasons.extend(
+        f"dispatch held by {name!r} for {age:.0f}s (stuck_after={stuck_after:g}s): no handler "
+        "starts until its owner lifts it"
+        for name, age in sorted(holds.items())
+        if age >= stuck_after
+    )
     details: dict[str, object] = {
         "role": role.value,
         "partitions": partitions,
@@ -141,5 +152,6 @@ def readiness(
             {"topic": s.topic, "partition": s.partition, "offset": s.offset, "age": round(s.age)}
             for s in late
         ],
+        "holds": {name: round(age, 1) for name, age in sorted(holds.items())},
     }
     return Verdict(not reasons, tuple(reasons), details)

@@ -58,6 +58,7 @@ class LoopSampler:
         self._split_keys.drain(self._dispatcher.split_keys)
         for worker, depth in enumerate(self._worker_depths()):
             self._metrics.worker_queue_depth(worker, depth)
+        self._metrics.set_holds(self._dispatcher.holds())
         now = time.monotonic()
         oldest: list[StuckPartition] = []
         for state in list(states.values()):

@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -148,6 +149,7 @@ class ConsumerMetrics:
         self._partitions: dict[tuple[str, int], PartitionMetrics] = {}
         self._workers: dict[int, Gauge] = {}
         self._dlq_topics: set[str] = set()
+        self._holds: set[str] = set()
         for kind in REBALANCE_KINDS:
             consumer.rebalances.labels(group, member, kind)
         for outcome in COMMIT_OUTCOMES:
@@ -243,6 +245,15 @@ class ConsumerMetrics:
                 )
         gauge.set(depth)
 
+    def set_holds(self, holds: Mapping[str, float]) -> None:
+        """Set each hold's age; a hold seen before and lifted since reads 0, so its alert
+        resolves instead of its series vanishing."""
+        with self._lock:
+            self._holds.update(holds)
+            for name in self._holds:
+                age = holds.get(name, 0.0)
+                consumer.dispatch_hold_seconds.labels(*self._labels, name).set(age)
+
     def set_paused_partitions(self, n: int) -> None:
         """Set how many assigned partitions are paused for backpressure."""
         self._paused_partitions.set(n)
@@ -271,6 +282,7 @@ class ConsumerMetrics:
             self._partitions.clear()
             self._workers.clear()
             self._dlq_topics.clear()
+            self._holds.clear()
         selector = {"group": self.group, "member": self.member}
         for family in (*PARTITION_FAMILIES, *CONSUMER_FAMILIES):
             family.remove_by_labels(selector)

@@ -192,6 +192,12 @@ class consumer:
         "paused_partitions", "Assigned partitions currently paused for backpressure.", MEMBER_LABELS
     )
     workers = _gauge("workers", "Worker threads (or async tasks) of the member.", MEMBER_LABELS)
+    dispatch_hold_seconds = _gauge(
+        "dispatch_hold_seconds",
+        "How long each named hold on dispatch has been in place (0: lifted); while any is, "
+        "no handler starts.",
+        (*MEMBER_LABELS, "hold"),
+    )
     split_keys = _counter(
         "keys_split_across_partitions",
         "Sampled keys seen in two partitions of one topic: producers with different "
@@ -282,6 +288,7 @@ CONSUMER_FAMILIES = (
     consumer.worker_queue_depth,
     consumer.paused_partitions,
     consumer.workers,
+    consumer.dispatch_hold_seconds,
     consumer.split_keys,
 )
 COORDINATOR_FAMILIES = (

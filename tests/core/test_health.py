@@ -44,6 +44,7 @@ def test_member_with_partitions_and_nothing_stuck_is_ready() -> None:
         "role": "member",
         "partitions": 3,
         "stuck": [],
+        "holds": {},
     }
 
 
@@ -90,3 +91,14 @@ def test_every_reason_is_listed() -> None:
         stuck=[StuckPartition("t", 1, offset=0, age=100.0)],
     )
     assert not ok and len(reasons) == 3
+
+
+def test_a_hold_on_dispatch_is_named_and_a_long_one_makes_the_member_not_ready() -> None:
+    ok, reasons, body = _ready(holds={"zookeeper-liveness": 2.0})
+    assert ok and body["holds"] == {"zookeeper-liveness": 2.0}
+    ok, reasons, body = _ready(holds={"zookeeper-liveness": 75.0, "zookeeper-connection": 1.0})
+    assert not ok
+    assert reasons == (
+        "dispatch held by 'zookeeper-liveness' for 75s (stuck_after=60s): no handler starts "
+        "until its owner lifts it",
+    )

@@ -311,3 +311,15 @@ def test_key_text() -> None:
     assert key_text(None) is None
     assert key_text("é".encode()) == "é"
     assert key_text(b"\x80") == "0x80"
+
+
+def test_a_hold_reads_its_age_while_in_place_and_zero_once_lifted() -> None:
+    member = _member()
+    m = ConsumerMetrics("g", member)
+    labels = {"group": "g", "member": member, "hold": "zookeeper-liveness"}
+    m.set_holds({"zookeeper-liveness": 4.5})
+    assert value("keyshared_dispatch_hold_seconds", **labels) == 4.5
+    m.set_holds({})
+    assert value("keyshared_dispatch_hold_seconds", **labels) == 0.0
+    m.close()
+    assert value("keyshared_dispatch_hold_seconds", **labels) is None
