@@ -104,6 +104,7 @@ class Dispatcher:
         self._held: list[tuple[int, list[Work]]] | None = None  # ready while a hold is in place
         self._live: Callable[[], bool] | None = None  # a coordinator's "may I still run?"
         self._fenced = FencedKeys()  # keys waiting for calls of removed states
+        self._fencing = False  # whether any such call runs: the common path asks nothing more
         self._stragglers: dict[TP, list[PartitionState]] = {}  # removed, calls still running
         self._submit = submit
         self._on_draining = on_draining
@@ -461,9 +462,8 @@ class Dispatcher:
 
     def _dispatch(self, worker: int, works: list[Work]) -> None:
         """Hand ready records to a worker, or queue them while a hold is in place (lock held)."""
-        fenced = self._fenced
-        if fenced:  # a call of their key in a removed state still runs: they wait
-            works = fenced.admit(works)
+        if self._fencing:  # a call of their key in a removed state still runs: they wait
+            works = self._fenced.admit(works)
             if not works:
                 return
         if self._held is None and self._live is not None and not self._live():
@@ -481,10 +481,12 @@ class Dispatcher:
         idle = state.running <= 0
         if idle:
             self._forget_straggler(state)
-        fenced = self._fenced
-        if not fenced:
+        if not self._fencing:
             return
-        for work in fenced.ended(state, entry, idle):
+        fenced = self._fenced
+        released = fenced.ended(state, entry, idle)
+        self._fencing = bool(fenced)
+        for work in released:
             self._dispatch(work[1].worker, [work])
 
     def _forget_straggler(self, state: PartitionState) -> None:
@@ -735,4 +737,5 @@ class Dispatcher:
                     idle = dropped | {id(b.entry) for b in state.blocked.values()}
                     idle |= {id(b.entry) for b in state.blocked_unordered.values()}
                     fenced.fenced(state, [e for e in drain.in_flight if id(e) not in idle])
+                    self._fencing = bool(fenced)
             self._idle.notify_all()
