@@ -105,6 +105,7 @@ class SessionGate:
         self.metrics = CoordinatorMetrics(context.group, context.member_id)
         self._lock = threading.Lock()  # order: this lock, then the dispatcher's
         self._flags = _Flags()
+        self._takes = 0  # connection holds taken by the watcher (see _on_event)
         self._watcher: SessionWatcher | None = None
         timeout = zk.session_timeout
         self._alive_for = timeout * _ALIVE_FRACTION
@@ -195,21 +196,31 @@ class SessionGate:
                 log.info("ZooKeeper answers again: dispatch resumed")
 
     def _on_event(self, event: SessionEvent) -> None:
-        """On the session watcher's thread: act at once where it must, post the rest."""
+        """On the session watcher's thread: act at once where it must, post the rest.
+
+        Each SUSPENDED or LOST takes the connection hold here and counts a new *take*; every
+        event carries the count it was posted under, so an event that lifts (RESUMED, a
+        handled LOST, RENEWED) lifts only if no later take happened meanwhile: a RESUMED
+        still in the inbox must not reopen dispatch over the next SUSPENDED.
+        """
         state = event.state
-        if state in (SessionState.SUSPENDED, SessionState.LOST):
-            # Flag first, on this thread: the liveness prober must not reopen dispatch before
-            # the poll thread has handled the event.
-            with self._lock:
+        with self._lock:
+            if state in (SessionState.SUSPENDED, SessionState.LOST):
+                # Flag first, on this thread: the liveness prober must not reopen dispatch
+                # before the poll thread has handled the event.
                 flags = self._flags
                 self._flags = _Flags(
                     flags.suspended or state is SessionState.SUSPENDED,
                     flags.lost or state is SessionState.LOST,
                 )
+                self._takes += 1
                 self._ctx.dispatcher.take_hold(CONNECTION_HOLD)
-        self._ctx.inbox.post(lambda: self._apply(state))
+            takes = self._takes
+        self._ctx.inbox.post(lambda: self._apply(state, takes))
 
-    def _apply(self, state: SessionState) -> None:
+    def _apply(self, state: SessionState, takes: int | None = None) -> None:
+        """On the poll thread, in the order the events came. ``takes``: the count of takes
+        when the event was posted (None: the current one)."""
         if state is SessionState.SUSPENDED:
             with self._lock:
                 self._flags = self._flags._replace(suspended=True)
@@ -217,9 +228,9 @@ class SessionGate:
             log.warning("ZooKeeper connection lost: dispatch paused until it is back")
         elif state is SessionState.RESUMED:
             with self._lock:
+                if not self._latest(takes) or self._flags.lost:
+                    return  # a later SUSPENDED or LOST is next in the inbox: it decides
                 self._flags = self._flags._replace(suspended=False)
-                if self._flags.lost:
-                    return  # a LOST flagged meanwhile is next in the inbox: it fences first
                 self._ctx.dispatcher.lift_hold(CONNECTION_HOLD)
             self.metrics.session("connected")
             log.info("ZooKeeper connection back within the session: dispatch resumed")
@@ -230,14 +241,23 @@ class SessionGate:
             self.metrics.fenced()
             log.error("ZooKeeper session expired: fencing, in-flight results are discarded")
             self._on_lost()
-            self._ctx.dispatcher.lift_hold(CONNECTION_HOLD)  # what it held was the dropped work's
+            with self._lock:
+                if self._latest(takes):
+                    self._ctx.dispatcher.lift_hold(CONNECTION_HOLD)  # what it held is dropped
         elif state is SessionState.RENEWED:
             with self._lock:
-                self._flags = _Flags()
+                latest = self._latest(takes)
+                self._flags = _Flags(suspended=not latest)
+                if latest:
+                    self._ctx.dispatcher.lift_hold(CONNECTION_HOLD)
             self.metrics.session("connected")
             log.info("new ZooKeeper session: rejoining")
-            self._ctx.dispatcher.lift_hold(CONNECTION_HOLD)
             self._on_renewed()
+
+    def _latest(self, takes: int | None) -> bool:
+        """Whether no connection hold was taken after an event posted under ``takes`` (lock
+        held)."""
+        return takes is None or takes == self._takes
 
     def role(self, joined: bool) -> Role:
         """The member's role as the session allows it: fenced or suspended first, else

@@ -97,9 +97,14 @@ class Rewinds:
             if states.get(tp) is not state or state.rewound_to is None:
                 del self._pending[tp]  # revoked or lost meanwhile: nothing left to start
                 continue
-            if not self._dispatcher.restart(state):
+            unfinished = self._dispatcher.restart(state)
+            if unfinished is None:
                 continue
-            offset, state.rewound_to = state.rewound_to, None
+            # From where the fetch went back, or from the old window's lowest unfinished
+            # record if that is lower (a truncated log still has it; a recreated one starts
+            # at 0 anyway): nothing the old window had not finished is skipped.
+            offset = state.rewound_to if unfinished < 0 else min(state.rewound_to, unfinished)
+            state.rewound_to = None
             state.committed, state.committed_metadata, state.commit_sent = None, "", None
             state.already_done = EMPTY_RUNS
             state.high_watermark = state.stale_position = None

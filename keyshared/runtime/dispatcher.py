@@ -260,7 +260,8 @@ class Dispatcher:
         window = state.window
         if state.phase is not Phase.ACTIVE or window is None:
             if state.phase is Phase.DRAINING and window is not None:
-                window.complete(entry)  # counts for the final commit
+                for successor in window.complete(entry):  # counts for the final commit
+                    state.never_run.add(id(successor))  # released, never to start here
                 if state.outputs.staged:
                     state.outputs.release(entry.offset)
             state.running -= 1
@@ -334,6 +335,7 @@ class Dispatcher:
             return set()
         ids = set(waiting)
         state.running -= len(waiting)
+        state.never_run |= ids
         waiting.clear()
         self._idle.notify_all()
         return ids
@@ -453,9 +455,15 @@ class Dispatcher:
         """A worker found the member not live as it was about to run ``entry``: hold it (still
         counted as running) until the liveness hold is lifted.
 
-        Caller: a worker. Affects: the hold and the queue of held records.
+        Caller: a worker. Affects: the hold and the queue of held records; an entry of a
+        partition that stopped dispatching meanwhile is abandoned instead.
         """
         with self._lock:
+            if state.phase is not Phase.ACTIVE:
+                state.running -= 1
+                self._idle.notify_all()
+                self._ended(state, entry)
+                return
             self._take_hold(LIVENESS_HOLD)
             assert self._held is not None
             self._held.append((entry.worker, [(state, entry)]))
@@ -509,6 +517,7 @@ class Dispatcher:
             for state, entry in works:
                 if id(state) in stopping:
                     state.running -= 1
+                    state.never_run.add(id(entry))
                     dropped.add(id(entry))
             if remaining:
                 kept.append((worker, remaining))
@@ -518,8 +527,9 @@ class Dispatcher:
 
     def _withdraw(self, states: list[PartitionState]) -> None:
         """Records of partitions that stop dispatching, waiting for a fenced call, never run."""
-        for state, _entry in self._fenced.withdraw(states):
+        for state, entry in self._fenced.withdraw(states):
             state.running -= 1
+            state.never_run.add(id(entry))
         self._idle.notify_all()
 
     # -- what the rest of the consumer reads ---------------------------------------------------
@@ -663,20 +673,25 @@ class Dispatcher:
         with self._lock:
             self._withdraw_retries(state)
 
-    def restart(self, state: PartitionState) -> bool:
-        """Start ``state`` again with no window, once nothing of the old one runs; False (and
-        nothing changed) while something does.
+    def restart(self, state: PartitionState) -> int | None:
+        """Start ``state`` again with no window, once nothing of the old one runs; None (and
+        nothing changed) while something does. Returns the old window's safe cursor: its
+        lowest unfinished record (a withdrawn backoff, a block, what queued behind them),
+        which must be read again if the new log still has it (a truncated log does).
 
         Caller: the poll loop's rewinds. Affects: ``state``'s window, blocks and backoffs.
         """
         with self._lock:
             self._withdraw_retries(state)
             if state.running:
-                return False
+                return None
+            window = state.window
+            cursor = window.safe_cursor if window is not None else state.committed
             state.window = None
+            state.never_run.clear()
             state.blocked.clear()
             state.blocked_unordered.clear()
-            return True
+            return cursor if cursor is not None else -1
 
     def stop_dispatching(self, states: list[PartitionState]) -> None:
         with self._lock:
@@ -734,7 +749,8 @@ class Dispatcher:
                     self._stragglers.setdefault(state.tp, []).append(state)
                     # In flight but not running: dropped from the held queue, blocked, or
                     # withdrawn from a backoff.
-                    idle = dropped | {id(b.entry) for b in state.blocked.values()}
+                    idle = dropped | state.never_run
+                    idle |= {id(b.entry) for b in state.blocked.values()}
                     idle |= {id(b.entry) for b in state.blocked_unordered.values()}
                     fenced.fenced(state, [e for e in drain.in_flight if id(e) not in idle])
                     self._fencing = bool(fenced)

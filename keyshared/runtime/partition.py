@@ -123,6 +123,9 @@ class PartitionState:
     phase: Phase = Phase.ACTIVE
     running: int = 0  # entries owned by a worker, a write, a backoff or a hold
     backing_off: dict[int, Entry[Any]] = field(default_factory=dict)  # by id: in retry backoff
+    # Ids of entries in flight in the window that will never run (withdrawn from a backoff or
+    # a hold, released while draining): not stragglers when the state is removed.
+    never_run: set[int] = field(default_factory=set)
     blocked: dict[bytes | None, Blocked] = field(default_factory=dict)  # ordered keys
     blocked_unordered: dict[int, Blocked] = field(default_factory=dict)  # null keys, by offset
     parked: set[bytes | None] = field(default_factory=set)

@@ -275,3 +275,20 @@ def test_the_liveness_proof_never_lifts_the_connection_hold() -> None:
     assert context.dispatcher.holds() == {}
     assert [entry.offset for _, entry in context.started] == [0]
     context.metrics.close()
+
+
+def test_a_resumed_posted_before_a_new_suspension_does_not_lift_its_hold() -> None:
+    """The watcher flags SUSPENDED, RESUMED and SUSPENDED again before the poll thread applies
+    the first two: the RESUMED belongs to the first suspension and must not reopen dispatch
+    (nor clear the flag) while the connection is down again."""
+    gate, context = _gate()
+    context.dispatcher.lift_hold(LIVENESS_HOLD)
+    gate._on_event(SessionEvent(SessionState.SUSPENDED, 1))
+    gate._on_event(SessionEvent(SessionState.RESUMED, 1))
+    gate._on_event(SessionEvent(SessionState.SUSPENDED, 1))
+    for apply in list(context.inbox.posted)[:2]:
+        apply()
+    assert gate.suspended, "a stale RESUMED cleared the suspension"
+    assert context.dispatcher.paused, "a stale RESUMED reopened dispatch"
+    context.inbox.posted[2]()
+    assert gate.suspended and context.dispatcher.paused

@@ -117,3 +117,30 @@ def test_a_record_in_its_retry_backoff_never_runs_in_the_new_log() -> None:
     h.run()
     assert after_backoff == [[(0, 0)]], "the old log's record ran beside the new log's"
     assert h.state_of(0) is None or h.state_of(0).running == 0
+
+
+def test_a_record_withdrawn_from_its_backoff_is_read_again_when_the_log_still_has_it() -> None:
+    """A truncated log goes back to 2 while record 0 waits out its backoff: the partition
+    starts again from 0, its lowest unfinished record, not from 2 (which would skip record 0
+    and commit past it)."""
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01))
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(records("t", 0, [(0, b"K"), (1, b"J"), (2, b"X"), (3, b"Y")]))
+    h.fake.then_wait_for(lambda: len(h.submitted) == 4)
+
+    def fail_into_backoff() -> None:
+        state, entry = h.take(0)
+        h.dispatcher.retry_later(state, entry, 12.8, lambda _delay, _fire: None)
+
+    h.fake.then(fail_into_backoff)
+    h.fake.then_deliver(records("t", 0, [(2, b"X")]))  # the log was truncated to 2
+    h.fake.then_wait_for(lambda: T0 in h.fake.paused)
+    h.fake.then(lambda: _finish(h, (1, 2, 3)))
+    h.fake.then_wait_for(lambda: bool(h.fake.seeks))
+    h.fake.then_deliver(records("t", 0, [(0, b"K"), (1, b"J"), (2, b"X")]))
+    h.fake.then_wait_for(lambda: h.offsets() == [(0, 0), (0, 1), (0, 2)])
+    h.fake.then(lambda: _finish(h, (0, 1, 2)))
+    h.fake.then_wait_for(lambda: h.committed(0) == 3)
+    h.fake.then(h.stop.set)
+    h.run()
+    assert h.fake.seeks == [(T0, 0)], "the partition started again above an unfinished record"

@@ -224,3 +224,15 @@ def test_a_deferred_record_stays_running_and_runs_after_resume() -> None:
     assert b.state.running == 1, "a deferred record must still hold its key and the drain"
     b.dispatcher.lift_hold(LIVENESS_HOLD)
     assert b.dispatched() == [0]
+
+
+def test_a_record_deferred_after_its_partition_was_removed_is_abandoned() -> None:
+    """A worker saw the partition active, then it was removed, then the worker found the
+    member not live: the entry must not sit in the hold queue of a gone state."""
+    b = Bench()
+    b.admit([(0, b"a")])
+    entry = b.take(0)
+    b.dispatcher.remove([b.state])
+    b.dispatcher.defer(b.state, entry)
+    assert b.state.running == 0
+    assert b.dispatcher.holds() == {}

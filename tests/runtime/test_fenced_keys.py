@@ -120,3 +120,50 @@ def test_a_removed_state_with_a_call_running_is_a_straggler_of_its_partition_unt
     assert b.dispatcher.stragglers([("t", 1)]) == []
     b.dispatcher.finish(old, running)
     assert b.dispatcher.stragglers([("t", 0)]) == []
+
+
+# -- only calls that really run hold their keys -----------------------------------------------
+
+
+def test_a_record_withdrawn_from_its_backoff_does_not_hold_its_key() -> None:
+    """k waits out a backoff, the revoke withdraws it, j's call outlives the drain: only j's
+    key waits in the next state, not k behind j's unrelated call."""
+    b = Bench()
+    old = b.state()
+    b.dispatcher.admit(old, records("t", 0, [(0, b"k"), (1, b"j")]))
+    k, _j = b.take(old, 0), b.take(old, 1)
+    b.dispatcher.retry_later(old, k, 1.0, lambda _delay, _fire: None)
+    b.dispatcher.stop_dispatching([old])
+    b.dispatcher.remove([old])  # the drain timed out: j still runs
+    new = b.state()
+    b.dispatcher.admit(new, records("t", 0, [(0, b"k"), (1, b"j"), (2, b"x")]))
+    assert b.started(new) == [0, 2]
+
+
+def test_a_successor_released_while_draining_does_not_hold_its_key() -> None:
+    b = Bench()
+    old = b.state()
+    b.dispatcher.admit(old, records("t", 0, [(0, b"k"), (1, b"k"), (2, b"j")]))
+    k0, _j = b.take(old, 0), b.take(old, 2)
+    b.dispatcher.stop_dispatching([old])
+    b.dispatcher.finish(old, k0)  # releases k@1 in the window; a draining state starts nothing
+    b.dispatcher.remove([old])
+    new = b.state()
+    b.dispatcher.admit(new, records("t", 0, [(1, b"k"), (3, b"x")]))
+    assert b.started(new) == [1, 3]
+
+
+def test_a_record_that_waited_for_a_fenced_call_is_no_straggler_of_its_own_state() -> None:
+    b = Bench()
+    first = b.state()
+    b.dispatcher.admit(first, records("t", 0, [(0, b"k")]))
+    k1 = b.take(first, 0)
+    b.dispatcher.remove([first])  # k's call runs on
+    second = b.state()
+    b.dispatcher.admit(second, records("t", 0, [(0, b"k"), (1, b"j")]))
+    b.take(second, 1)  # j runs; k waits for first's call
+    b.dispatcher.remove([second])  # removed again while j runs
+    b.dispatcher.finish(first, k1)
+    third = b.state()
+    b.dispatcher.admit(third, records("t", 0, [(0, b"k"), (2, b"x")]))
+    assert b.started(third) == [0, 2], "k waited for j's call"
