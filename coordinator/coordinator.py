@@ -31,10 +31,8 @@ from coordinator.session import (
     group_acl,
 )
 from coordinator.status import GroupStatus, read_status
-from keyshared.core.modes import Mode
 from keyshared.core.slots import SlotRange
 from keyshared.errors import ConfigurationError
-from keyshared.kafka.seams import Plug, PlugContext
 
 __all__ = ["ZooKeeperCoordinator"]
 
@@ -166,34 +164,6 @@ class ZooKeeperCoordinator:
 
     def exclusive(self, group: str, member_id: str) -> ExclusiveLock:
         return ExclusiveLock(self.client, self.layout(group), member_id)
-
-    def plug(self, context: PlugContext) -> Plug:
-        """Plug into one consumer run (called by ``KeySharedConsumer.run``; connects first).
-
-        :raises CoordinatorUnreachable: no ZooKeeper server answered within ``connect_timeout``.
-        """
-        from coordinator.modes.exclusive import ExclusiveMember
-        from coordinator.modes.key_shared import KeySharedMember
-        from coordinator.modes.partition_leases import PartitionLeaseMember
-
-        mode = context.options.mode
-        if mode not in ("key_shared", "partition", "exclusive"):
-            raise ConfigurationError(
-                "coordinator", f"the ZooKeeper coordinator does not support mode {mode!r}"
-            )
-        self.start()
-        try:
-            if mode is Mode.KEY_SHARED:
-                member = KeySharedMember(self, context)
-                return Plug(membership=member, ownership=member, cursor_store=member)
-            if mode is Mode.PARTITION:
-                leases = PartitionLeaseMember(self, context)
-                return Plug(membership=leases, cursor_store=leases.commits)
-            exclusive = ExclusiveMember(self, context)
-            return Plug(membership=exclusive, cursor_store=exclusive)
-        except BaseException:
-            self.close()  # connected for nothing: end the session now
-            raise
 
     def status(self, group: str) -> GroupStatus:
         """The group's state (pure read; does not create the group)."""

@@ -29,9 +29,11 @@ from keyshared.kafka.dlq import DeadLetterWriter
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.poll_loop import PollLoop
-from keyshared.kafka.seams import Coordination, Plug, PlugContext, PollInbox
+from keyshared.kafka.seams import Plug, PlugContext, PollInbox
 from keyshared.kafka.transactions import transactional_store
 from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
+from keyshared.modes.plug import plug as plug_mode
+from keyshared.modes.recipes import Recipes
 from keyshared.record import Record
 from keyshared.runtime.batches import BatchHandler
 from keyshared.runtime.dispatcher import Dispatcher
@@ -72,7 +74,7 @@ def assemble(
     handler: Callable[[Record], Any] | BatchHandler | None,
     is_async: bool,
     tracer: HandlerTracer | None,
-    coordinator: Coordination | None,
+    coordinator: Recipes | None,
     stop: threading.Event,
     request_stop: Callable[[], None],
     on_remote_release: Callable[[str, int, bytes | None], None],
@@ -143,7 +145,7 @@ def assemble(
             group, member, topics, options, dispatcher, inbox, metrics,
             request_stop, dict(config), txn,
         )  # fmt: skip
-        plug = coordinator.plug(context)
+        plug = plug_mode(coordinator, context)
     if plug.ownership is not None:
         dispatcher.use_ownership(plug.ownership)
     if txn is not None and plug.cursor_store is None:

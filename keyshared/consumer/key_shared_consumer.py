@@ -30,8 +30,8 @@ from keyshared.consumer.arguments import (
 from keyshared.consumer.assembly import RunParts, assemble
 from keyshared.core.redaction import shown_key
 from keyshared.errors import ConfigurationError, KeySharedError
-from keyshared.kafka.seams import Coordination
 from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
+from keyshared.modes.recipes import Recipes
 from keyshared.record import Record
 from keyshared.runtime.batches import BatchHandler
 from keyshared.runtime.tracing import handler_tracer
@@ -80,7 +80,7 @@ class KeySharedConsumer:
         topics: Iterable[str],
         handler: Callable[[Record], Any] | BatchHandler | None,
         *,
-        coordinator: Coordination | None = None,
+        coordinator: Recipes | None = None,
         options: ConsumerOptions | None = None,
         **option_values: Any,
     ) -> None:

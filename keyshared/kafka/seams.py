@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from keyshared.settings import ConsumerOptions
 
 __all__ = [
-    "Coordination",
     "CursorStore",
     "Membership",
     "MembershipEvents",
@@ -181,14 +180,3 @@ class Plug:
     membership: Membership | None = None
     ownership: Ownership | None = None
     cursor_store: CursorStore | None = None
-
-
-class Coordination(Protocol):
-    """What ``KeySharedConsumer(coordinator=...)`` accepts: ``coordinator.ZooKeeperCoordinator``.
-
-    ``plug`` is called once per run, on the thread that calls ``run``, after the dispatcher
-    exists and before the first poll. It may refuse the consumer's mode with a
-    ``ConfigurationError``.
-    """
-
-    def plug(self, context: PlugContext) -> Plug: ...

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from coordinator.modes.range_cursors import stored_cursors
 from keyshared.core.claims import PartitionClaims
+from keyshared.modes.range_cursors import stored_cursors
 
 if TYPE_CHECKING:
     from coordinator.status import GroupStatus as CoordinatorStatus

@@ -252,9 +252,9 @@ class _Logs:
 
 _TWO_EXPIRIES = (
     "2026-11-26 00:40:35,840 INFO coordinator.session: ZooKeeper session suspended\n"
-    "2026-11-26 00:40:35,866 ERROR coordinator.modes.session_gate: ZooKeeper session expired: x\n"
+    "2026-11-26 00:40:35,866 ERROR keyshared.modes.session_gate: ZooKeeper session expired: x\n"
     "2026-11-26 00:41:44,978 INFO coordinator.session: ZooKeeper session suspended\n"
-    "2026-11-26 00:41:50,484 ERROR coordinator.modes.session_gate: ZooKeeper session expired: x\n"
+    "2026-11-26 00:41:50,484 ERROR keyshared.modes.session_gate: ZooKeeper session expired: x\n"
 )
 
 

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from coordinator.modes import partition_leases
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.keystate.errors import KeyStateError
+from keyshared.modes import partition_leases
 from tests.coordinator.conftest import WAIT_S
 from tests.coordinator.members import StartMember
 from tests.kafka.support.journal import produce

@@ -130,8 +130,8 @@ def test_a_range_written_piece_by_piece_then_whole_resolves_to_its_latest_write(
     per piece (with the range's token) until its window has read past them, then whole. The
     pieces and the whole range share a token: the later write must win, or a re-read would
     resume the pieces from their older cursors and replay what the whole range said was done."""
-    from coordinator.modes.range_cursors import stored_cursors
     from keyshared.core.claims import PartitionClaims
+    from keyshared.modes.range_cursors import stored_cursors
 
     client = zk_client()
     lease = RangeLeases(client, layout, "A").acquire(HALF, generation=1)

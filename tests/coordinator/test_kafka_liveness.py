@@ -1,4 +1,4 @@
-"""The Kafka probe of a coordinated member (:mod:`coordinator.modes.kafka_liveness`), without
+"""The Kafka probe of a coordinated member (:mod:`keyshared.modes.kafka_liveness`), without
 servers: silence counts only from probes that were sent and went unanswered."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from coordinator.modes import kafka_liveness
-from coordinator.modes.kafka_liveness import KafkaLiveness, RoleWithdrawal
+from keyshared.modes import kafka_liveness
+from keyshared.modes.kafka_liveness import KafkaLiveness, RoleWithdrawal
 from tests.coordinator.conftest import closed_port
 from tests.helpers import wait_until
 

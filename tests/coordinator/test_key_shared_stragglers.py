@@ -62,7 +62,7 @@ def test_a_drain_that_times_out_never_makes_the_member_run_the_straggling_key_tw
 
     # B takes the upper half: A's range 0-65535 becomes 0-32767, a new lease A gets at once
     # (its own older lease never blocks it); A drains, and the drain times out on the slow key.
-    caplog.set_level("INFO", logger="coordinator.modes.key_shared")
+    caplog.set_level("INFO", logger="keyshared.modes.key_shared")
     admin.pins(group).set(HIGH, "B")
     start(group, topic, b_journal, member="B")
     leases = admin.range_leases(group, "observer")

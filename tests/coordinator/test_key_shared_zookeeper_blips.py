@@ -17,7 +17,7 @@ import pytest
 from kazoo.exceptions import ConnectionLoss
 
 from coordinator import ZooKeeperCoordinator
-from coordinator.modes import held_ranges, lease_queue
+from keyshared.modes import held_ranges, lease_queue
 from tests.coordinator.conftest import WAIT_S
 from tests.coordinator.members import StartMember
 from tests.coordinator.test_key_shared import Sequencer

@@ -23,9 +23,9 @@ from kazoo.client import KazooClient
 
 from coordinator import ZooKeeperCoordinator
 from coordinator.layout import GroupLayout
-from coordinator.modes.topic_watch import TopicWatch
 from keyshared.dev import LocalCluster
 from keyshared.dev.topics import create_topic, unique_name
+from keyshared.modes.topic_watch import TopicWatch
 from tests.coordinator.conftest import NAMESPACE, WAIT_S, ClientFactory, expire_session
 from tests.coordinator.members import StartMember
 from tests.kafka.support.inprocess import Recorder
@@ -123,7 +123,7 @@ def test_a_quiet_partition_is_not_replayed_after_kafka_expired_its_offset(
 
     # The partition stays quiet; Kafka expires its offset a minute after the last commit, and
     # the leader's pass (every 5 s) finds it gone.
-    caplog.set_level(logging.WARNING, logger="coordinator.modes.topic_watch")
+    caplog.set_level(logging.WARNING, logger="keyshared.modes.topic_watch")
 
     def expiry_seen() -> bool:
         return any("partition(s) [0]" in m or "partition 0:" in m for m in caplog.messages)

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.modes.range_cursors import cursors_for
 from keyshared.core.claims import PartitionClaims, StoredCursor
 from keyshared.core.offsets import decode_finished
 from keyshared.core.slots import SlotRange
+from keyshared.modes.range_cursors import cursors_for
 
 LOW, HIGH = SlotRange(0, 32767), SlotRange(32768, 65535)
 
@@ -94,7 +94,7 @@ def test_unchanged_cursors_are_not_decoded_again(monkeypatch: pytest.MonkeyPatch
     one that carries thousands of finished offsets takes tens of milliseconds, and re-reads
     come with every plan change."""
     from coordinator.cursors import Cursor
-    from coordinator.modes import range_cursors
+    from keyshared.modes import range_cursors
 
     calls: list[int] = []
     real = range_cursors.decode_finished

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from coordinator.modes import key_shared
-from coordinator.modes.handback import HandBack
-from coordinator.modes.held_ranges import HeldRanges
-from coordinator.modes.key_shared import KeySharedMember
 from keyshared.core.slots import SlotRange
+from keyshared.modes import key_shared
+from keyshared.modes.handback import HandBack
+from keyshared.modes.held_ranges import HeldRanges
+from keyshared.modes.key_shared import KeySharedMember
 
 RANGES = [SlotRange(0, 99), SlotRange(100, 199), SlotRange(200, 299)]
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from coordinator.modes import session_gate
-from coordinator.modes.session_gate import SessionGate
 from coordinator.session import SessionEvent, SessionState
 from keyshared.core.modes import Mode
 from keyshared.metrics import ConsumerMetrics
+from keyshared.modes import session_gate
+from keyshared.modes.session_gate import SessionGate
 from keyshared.runtime.dispatcher import LIVENESS_HOLD, Dispatcher, Work
 from keyshared.runtime.partition import PartitionState
 from keyshared.settings import ConsumerOptions

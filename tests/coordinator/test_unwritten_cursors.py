@@ -15,10 +15,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from coordinator.errors import CoordinatorError, Fenced
-from coordinator.modes.handback import HandBack
-from coordinator.modes.held_ranges import HeldRanges
-from coordinator.modes.key_shared import KeySharedMember
 from keyshared.core.slots import SlotRange
+from keyshared.modes.handback import HandBack
+from keyshared.modes.held_ranges import HeldRanges
+from keyshared.modes.key_shared import KeySharedMember
 
 RANGE = SlotRange(0, 99)
 

@@ -1,4 +1,4 @@
-"""The low-watermark pass's failures (``coordinator/modes/watermark_pass.py``), without servers.
+"""The low-watermark pass's failures (``keyshared/modes/watermark_pass.py``), without servers.
 
 Finding 29 (docs/chaos.md): the pass failed at every try for the rest of a CI run, and nothing
 said so; its failures were debug lines. One failed pass stays a debug line (a broker restarting
@@ -14,9 +14,9 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from coordinator.layout import GroupLayout
-from coordinator.modes import watermark_pass
-from coordinator.modes.watermark_pass import FAILING_WARN_S, LowWatermarkPass
 from keyshared.kafka.commits import OFFSET_REFRESH_S
+from keyshared.modes import watermark_pass
+from keyshared.modes.watermark_pass import FAILING_WARN_S, LowWatermarkPass
 
 
 class _Watch:

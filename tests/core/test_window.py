@@ -257,7 +257,7 @@ def test_given_back_records_hold_the_cursor_whatever_the_position() -> None:
 
 def test_seen_end_is_what_the_window_can_account_for() -> None:
     """A key_shared range's cursor is written from the window only up to here (its pieces may
-    know more above; see coordinator/modes/range_cursors.py)."""
+    know more above; see keyshared/modes/range_cursors.py)."""
     w = InFlightWindow[str](start_offset=10)
     assert w.seen_end == 10
     w.admit(10, b"a", 0, "", 0.0)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "keyshared"
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "keyshared"
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -26,12 +27,12 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-def offenders(layer: str, forbidden: tuple[str, ...]) -> list[str]:
+def offenders(layer: str, forbidden: tuple[str, ...], root: Path = PACKAGE) -> list[str]:
     found = []
-    for path in sorted((PACKAGE / layer).rglob("*.py")):
+    for path in sorted((root / layer).rglob("*.py")):
         for module in sorted(imported_modules(path)):
             if module.split(".")[0] in forbidden or module.startswith(forbidden):
-                found.append(f"{path.relative_to(PACKAGE.parent)} imports {module}")
+                found.append(f"{path.relative_to(REPO)} imports {module}")
     return found
 
 
@@ -44,6 +45,15 @@ def offenders(layer: str, forbidden: tuple[str, ...]) -> list[str]:
 )
 def test_a_layer_imports_nothing_it_must_not(layer: str, forbidden: tuple[str, ...]) -> None:
     assert offenders(layer, forbidden) == []
+
+
+def test_the_recipes_know_nothing_of_their_callers() -> None:
+    """``coordinator/`` is a library of ZooKeeper recipes: the modes use it, never the reverse."""
+    callers = tuple(
+        f"keyshared.{name}"
+        for name in ("kafka", "runtime", "consumer", "modes", "cli", "metrics", "ops", "bench")
+    )
+    assert offenders("coordinator", callers, root=REPO) == []
 
 
 def test_the_check_sees_an_import(tmp_path: Path) -> None:

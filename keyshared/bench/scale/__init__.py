@@ -9,7 +9,7 @@ Two measurements, both on the production code paths:
   members touched per event. Every plan is checked: each slot owned exactly once, by a live
   member, shares within one slot.
 - **zookeeper**: N members in this process, each its own kazoo session doing what a
-  ``key_shared`` member does with ZooKeeper (``coordinator/modes/key_shared.py``), through the
+  ``key_shared`` member does with ZooKeeper (``keyshared/modes/key_shared.py``), through the
   coordinator's own recipes: an ephemeral member znode (:class:`Membership`), a candidacy
   (:class:`AssignmentLeader`, which runs the planner and writes the assignment), an
   :class:`AssignmentWatch`; on each generation it writes the final cursors of the ranges it

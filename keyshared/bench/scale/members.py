@@ -4,7 +4,7 @@ commit rounds and the leader's low-watermark pass.
 
 Apart from the measurement so that what a member does (and what it is not: no Kafka, no
 handlers, nothing in flight) reads in one place, next to the key_shared member it imitates
-(``coordinator/modes/key_shared.py``).
+(``keyshared/modes/key_shared.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["COMMIT_INTERVAL_S", "WATERMARK_EVERY_S", "SimGroup", "SimMember"]
 log = logging.getLogger(__name__)
 
 COMMIT_INTERVAL_S = 1.0  # ConsumerOptions.commit_interval's default
-WATERMARK_EVERY_S = 5.0  # the leader's low-watermark pass (coordinator/modes/key_shared.py)
+WATERMARK_EVERY_S = 5.0  # the leader's low-watermark pass (keyshared/modes/key_shared.py)
 
 
 class SimMember:

@@ -166,7 +166,7 @@ class _Run:
         return seconds, _zxid(self.zk) - zxid_before
 
     def _low_watermark(self) -> int:
-        from coordinator.modes.range_cursors import low_watermarks
+        from keyshared.modes.range_cursors import low_watermarks
 
         found = low_watermarks(self.zk.status(self.group).cursors)
         return min((tp.offset for tp in found), default=-1)

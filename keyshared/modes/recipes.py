@@ -2,8 +2,7 @@
 
 The integrations (``key_shared``, partition leases, ``exclusive``) receive this protocol, not
 :class:`coordinator.ZooKeeperCoordinator` itself, so the coordinator's modules (kazoo-style
-recipes) never depend on the code that plugs them into a consumer; only the façade's ``plug``
-reaches down into the integrations.
+recipes) never depend on the code that plugs them into a consumer.
 """
 
 from __future__ import annotations
@@ -32,6 +31,8 @@ class Recipes(Protocol):
 
     @property
     def client(self) -> KazooClient: ...
+
+    def start(self) -> object: ...
 
     def layout(self, group: str) -> GroupLayout: ...
 

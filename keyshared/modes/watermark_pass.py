@@ -45,12 +45,12 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 from coordinator.cursors import Cursor, delete_superseded, read_cursors
 from coordinator.incarnations import TopicRecords
 from coordinator.layout import GroupLayout
-from coordinator.modes.range_cursors import low_watermarks
-from coordinator.modes.topic_watch import TopicWatch
 from keyshared.kafka.client_config import client_properties
 from keyshared.kafka.commits import OFFSET_REFRESH_S
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.log_ends import log_end
+from keyshared.modes.range_cursors import low_watermarks
+from keyshared.modes.topic_watch import TopicWatch
 
 __all__ = ["LowWatermarkPass"]
 

@@ -5,7 +5,7 @@ They live apart from the member because one rule binds them, and it is easiest t
 place: **a range's cursors reach ZooKeeper before anyone reads them**. The member's own re-read
 waits for its staged cursors (:meth:`HeldRanges.write_pending`), and a range given up keeps its
 lease until its last cursors are written and its stragglers have finished
-(:meth:`HeldRanges.give_up`, through :class:`~coordinator.modes.handback.HandBack`, which also
+(:meth:`HeldRanges.give_up`, through :class:`~keyshared.modes.handback.HandBack`, which also
 waits for the stragglers and retries a release a lost connection broke). The chaos runs found
 both ways of breaking it: re-reading older cursors over one's own progress replays records, and
 releasing before the last write hands the next owner an older cursor.
@@ -21,10 +21,10 @@ from coordinator.cursors import CursorWriter
 from coordinator.errors import CoordinatorError, Fenced
 from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease, RangeLeases
-from coordinator.modes.handback import HandBack
-from coordinator.modes.range_cursors import cursors_for
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.slots import SlotRange
+from keyshared.modes.handback import HandBack
+from keyshared.modes.range_cursors import cursors_for
 from keyshared.runtime.dispatcher import Progress
 
 if TYPE_CHECKING:

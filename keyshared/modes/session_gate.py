@@ -61,8 +61,8 @@ from keyshared.metrics import CoordinatorMetrics
 from keyshared.runtime.dispatcher import LIVENESS_HOLD
 
 if TYPE_CHECKING:
-    from coordinator.modes.recipes import Recipes
     from coordinator.session import SessionWatcher
+    from keyshared.modes.recipes import Recipes
 
 __all__ = ["CONNECTION_HOLD", "SessionGate"]
 

@@ -41,7 +41,7 @@ __all__ = ["KafkaLiveness", "PlanWithdrawal", "RoleWithdrawal"]
 log = logging.getLogger(__name__)
 
 # The probe's own connection errors are the consumer's too, and the consumer reports them.
-_quiet = logging.getLogger("coordinator.modes.kafka_liveness.probe")
+_quiet = logging.getLogger("keyshared.modes.kafka_liveness.probe")
 _quiet.addHandler(logging.NullHandler())
 _quiet.propagate = False
 

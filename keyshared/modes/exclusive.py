@@ -45,17 +45,17 @@ from kazoo.exceptions import KazooException
 
 from coordinator.errors import AcquireCancelled
 from coordinator.exclusive import ExclusiveLock
-from coordinator.modes.handback import HandBack, gone
-from coordinator.modes.kafka_liveness import KafkaLiveness, RoleWithdrawal
-from coordinator.modes.session_gate import SessionGate
 from keyshared.core.health import Role
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
+from keyshared.modes.handback import HandBack, gone
+from keyshared.modes.kafka_liveness import KafkaLiveness, RoleWithdrawal
+from keyshared.modes.session_gate import SessionGate
 
 if TYPE_CHECKING:
-    from coordinator.modes.recipes import Recipes
+    from keyshared.modes.recipes import Recipes
     from keyshared.runtime.partition import PartitionState
 
 __all__ = ["ExclusiveMember"]

@@ -1,6 +1,6 @@
 """Cursor arithmetic of ``key_shared`` members: what to write for a range, where to start.
 
-Kept apart from :mod:`coordinator.modes.key_shared`, which decides *when* (on which assignment
+Kept apart from :mod:`keyshared.modes.key_shared`, which decides *when* (on which assignment
 change, after which drain); this module only computes offsets, from the member's window, the
 stored cursors and the group's Kafka offsets.
 """

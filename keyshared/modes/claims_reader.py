@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.cursors import read_cursors
 from coordinator.incarnations import Incarnation
-from coordinator.modes.range_cursors import Decoded, describe_claims, stored_cursors
-from coordinator.modes.topic_watch import TopicWatch
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.slots import SlotRange
 from keyshared.kafka.kafka_consumer import KafkaConsumer
+from keyshared.modes.range_cursors import Decoded, describe_claims, stored_cursors
+from keyshared.modes.topic_watch import TopicWatch
 
 if TYPE_CHECKING:
-    from coordinator.modes.recipes import Recipes
+    from keyshared.modes.recipes import Recipes
 
 __all__ = ["ClaimsReader"]
 

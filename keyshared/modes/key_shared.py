@@ -12,7 +12,7 @@ A change of assignment is applied like an eager rebalance, per member:
 1. **Loss** of a range: the member drains every partition, writes each held range's cursor
    (one fenced ZooKeeper transaction per range), then releases the lost range's lease, which
    is what the next owner is waiting for. The drain waits for every running record, even past
-   ``drain_timeout`` (:mod:`coordinator.modes.deferred_rebuild`): no member, this one included,
+   ``drain_timeout`` (:mod:`keyshared.modes.deferred_rebuild`): no member, this one included,
    ever runs two records of a key at once.
 2. **Gain**: the lease is queued on a thread of its own (it waits for the old owner's drain);
    when it is granted the member drains and re-assigns its partitions from the lowest cursor
@@ -34,16 +34,6 @@ from coordinator.assignment import AssignmentChange, AssignmentWatch
 from coordinator.leader import AssignmentLeader
 from coordinator.leases import Lease
 from coordinator.members import MemberInfo, Membership
-from coordinator.modes.claims_reader import ClaimsReader
-from coordinator.modes.deferred_rebuild import DeferredRebuild
-from coordinator.modes.handback import HandBack
-from coordinator.modes.held_ranges import HeldRanges
-from coordinator.modes.kafka_liveness import KafkaLiveness, PlanWithdrawal
-from coordinator.modes.lease_queue import LeaseQueue
-from coordinator.modes.range_cursors import partitions_of, token_lookup
-from coordinator.modes.session_gate import SessionGate
-from coordinator.modes.topic_watch import TopicWatch
-from coordinator.modes.watermark_pass import LowWatermarkPass
 from keyshared.core.admission import Admission
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.health import Role
@@ -51,10 +41,20 @@ from keyshared.core.slots import SlotRange
 from keyshared.errors import KeySharedError
 from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
+from keyshared.modes.claims_reader import ClaimsReader
+from keyshared.modes.deferred_rebuild import DeferredRebuild
+from keyshared.modes.handback import HandBack
+from keyshared.modes.held_ranges import HeldRanges
+from keyshared.modes.kafka_liveness import KafkaLiveness, PlanWithdrawal
+from keyshared.modes.lease_queue import LeaseQueue
+from keyshared.modes.range_cursors import partitions_of, token_lookup
+from keyshared.modes.session_gate import SessionGate
+from keyshared.modes.topic_watch import TopicWatch
+from keyshared.modes.watermark_pass import LowWatermarkPass
 from keyshared.runtime.control import Accepts
 
 if TYPE_CHECKING:
-    from coordinator.modes.recipes import Recipes
+    from keyshared.modes.recipes import Recipes
     from keyshared.runtime.partition import PartitionState
 
 __all__ = ["KeySharedMember"]

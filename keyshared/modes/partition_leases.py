@@ -21,13 +21,13 @@ Commits carry the lease: the cursor store refuses, before Kafka sees it, the com
 partition whose lease znode is gone (one ``get_children`` per commit), and counts it as fenced.
 Records carry the lease's token (``Record`` fencing token) for downstream fencing.
 
-Session handling is :class:`~coordinator.modes.session_gate.SessionGate`'s: suspended pauses
+Session handling is :class:`~keyshared.modes.session_gate.SessionGate`'s: suspended pauses
 dispatch and commits; lost fences every partition (``events.lost``) and keeps them paused; a
 renewed session queues for the leases of the partitions the group still assigns here.
 Everything in this class runs on the poll thread (rebalance callbacks are served inside
 ``consume``); lease waits run on threads of their own that post the grant to the inbox. Every
 way a lease ends here (revoke, lost, session expired, lease removed) is in
-:mod:`coordinator.modes.partition_release`, a base class of the member.
+:mod:`keyshared.modes.partition_release`, a base class of the member.
 """
 
 from __future__ import annotations
@@ -44,19 +44,19 @@ from kazoo.exceptions import KazooException
 from coordinator.errors import MemberIdInUse
 from coordinator.leases import Lease, PendingLease
 from coordinator.members import MemberInfo, Membership
-from coordinator.modes.handback import HandBack
-from coordinator.modes.lease_queue import wait_in_background
-from coordinator.modes.leased_commits import LeasedCommits
-from coordinator.modes.partition_release import TP, PartitionReleases, tp_name
-from coordinator.modes.session_gate import SessionGate
 from keyshared.core.health import Role
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.startup import assigns_incrementally
+from keyshared.modes.handback import HandBack
+from keyshared.modes.lease_queue import wait_in_background
+from keyshared.modes.leased_commits import LeasedCommits
+from keyshared.modes.partition_release import TP, PartitionReleases, tp_name
+from keyshared.modes.session_gate import SessionGate
 
 if TYPE_CHECKING:
-    from coordinator.modes.recipes import Recipes
+    from keyshared.modes.recipes import Recipes
     from keyshared.runtime.partition import PartitionState
 
 __all__ = ["PartitionLeaseMember"]

@@ -1,7 +1,7 @@
 """Kafka commits that carry a partition lease: refused once the lease znode is gone.
 
 The cursor store of ``partition`` mode with the coordinator (see
-:mod:`coordinator.modes.partition_leases`). Before a commit reaches Kafka, one ``get_children``
+:mod:`keyshared.modes.partition_leases`). Before a commit reaches Kafka, one ``get_children``
 of the lease directory says which of this member's leases still exist; a partition whose lease
 is gone (released by an operator, or taken with an expired session) is fenced: its commit is
 refused, counted, and the member is told so it stops the partition.
@@ -17,8 +17,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
 from coordinator.leases import Lease
-from coordinator.modes.session_gate import SessionGate
 from keyshared.kafka.commits import Committer
+from keyshared.modes.session_gate import SessionGate
 
 if TYPE_CHECKING:
     from keyshared.runtime.partition import PartitionState

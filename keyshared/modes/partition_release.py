@@ -1,6 +1,6 @@
 """Every way a partition's lease ends here, and the one rule they share.
 
-A part of :class:`~coordinator.modes.partition_leases.PartitionLeaseMember` (a base class of
+A part of :class:`~keyshared.modes.partition_leases.PartitionLeaseMember` (a base class of
 it), kept apart because letting go is where the mode's guarantee is kept or lost, and each way
 has to keep it alike: a lease is released only once nothing of its partition runs here any more
 (the hand-back waits for the stragglers and retries the release until ZooKeeper takes it), so
@@ -14,7 +14,7 @@ the next owner never overlaps a handler still running here. The ways:
   paused, and queue for them again once a new session is up;
 - someone **removes** a lease this member holds: stop the partition and queue for it again.
 
-The member itself (:mod:`coordinator.modes.partition_leases`) joins, takes partitions paused,
+The member itself (:mod:`keyshared.modes.partition_leases`) joins, takes partitions paused,
 queues for and starts them. Everything here runs on the poll thread, on its fields (declared
 below).
 """
@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from coordinator.leases import Lease, PendingLease
-from coordinator.modes.handback import HandBack, gone
-from coordinator.modes.session_gate import SessionGate
 from keyshared.kafka.seams import MembershipEvents
+from keyshared.modes.handback import HandBack, gone
+from keyshared.modes.session_gate import SessionGate
 from keyshared.runtime.control import DispatchControl
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TP", "PartitionReleases", "tp_name"]
 
-log = logging.getLogger("coordinator.modes.partition_leases")  # the member's log, as before
+log = logging.getLogger("keyshared.modes.partition_leases")  # the member's log, as before
 
 TP = tuple[str, int]
 
