@@ -3,7 +3,10 @@
 One key is blocked by ``poison="block"`` at its first record, so the cursor stays there while
 everything else finishes; the blocked key's later records are holes above the cursor, and the
 finished set soon stops fitting the commit metadata (its budget is lowered here so that a few
-thousand records suffice). Then the member stops and a second one takes over. Read with
+thousand records suffice). The records come in two parts: a commit names every finished record
+of the first part (it still fits), and the second part makes the set overflow, so that the nearest
+runs of the whole set end below what that commit named. Then the member stops and a second one
+takes over. Read with
 ``isolation.level=read_committed``, every record's output must appear exactly once and in
 per-key order: a record whose outputs one transaction committed must never run again, whatever
 a later commit's metadata has room for.
@@ -21,15 +24,17 @@ import pytest
 from prometheus_client import REGISTRY
 
 from keyshared import KeySharedConsumer, Record, RetryPolicy
+from keyshared.core.offsets import decode_finished
 from keyshared.dev.topics import GroupFactory, TopicFactory
 from keyshared.kafka.commits import Committer
 from tests.kafka.support.inprocess import Running
-from tests.kafka.support.journal import produce, wait_for
+from tests.kafka.support.journal import committed, produce, wait_for
 from tests.kafka.test_exactly_once import Seen, _committed_to_end, read_committed
 
 RECORDS = 20_000
 BLOCKED_SHARE = 0.05
-METADATA_BYTES = 1000  # overflows at about 500 holes; 4000 would take ~70,000 records
+METADATA_BYTES = 1000  # overflows at about 800 holes; 4000 would take ~70,000 records
+FIRST_PART = 14_000  # fits the metadata whole; the nearest runs of all 20,000 end at ~12,200
 BLOCKED = b"S"
 
 
@@ -94,12 +99,23 @@ def test_a_handover_after_metadata_overflow_repeats_no_output(
     for seq in range(1, RECORDS + 1):
         key = BLOCKED if rng.random() < BLOCKED_SHARE else b"u%d" % seq
         records.append((key, seq))
-    produce(kafka_bootstrap, source, records)
     others = sum(1 for key, _ in records if key != BLOCKED)
+    # In two parts, so that one commit surely names everything finished in the first part
+    # (it fits the metadata whole), before the second part makes the finished set overflow.
+    split = FIRST_PART + 1
+    produce(kafka_bootstrap, source, records[:split])
+    first_part = sum(1 for key, _ in records[:split] if key != BLOCKED)
 
     first = Outputs(out, fail_first_blocked=True)
     run = _member(kafka_bootstrap, group, source, "first", first)
     labels = {"group": group, "member": "first"}
+
+    def names_the_first_part() -> bool:
+        [(cursor, metadata)] = committed(kafka_bootstrap, group, source).values()
+        return cursor == 0 and len(decode_finished(cursor, metadata)) == first_part
+
+    wait_for(names_the_first_part, 60, "a commit naming every record of the first part")
+    produce(kafka_bootstrap, source, records[split:])
     wait_for(lambda: first.done == others, 90, "the first member to finish every other key")
     wait_for(
         lambda: _metric("keyshared_commit_metadata_overflows_total", **labels),
