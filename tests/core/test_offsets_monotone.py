@@ -123,3 +123,39 @@ def test_everything_that_fits_is_encoded_as_before() -> None:
     previous = encode_finished(0, [5, 6])
     assert previous is not None
     assert encode_monotone(4, finished, previous).text == encode_finished(4, finished)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    size=st.integers(1, 2000),
+    keys=st.integers(1, 40),
+    steps=st.integers(1, 10),
+    max_bytes=st.integers(24, 300),
+)
+def test_per_key_the_named_set_is_a_prefix_of_the_keys_finished_records(
+    seed: int, size: int, keys: int, steps: int, max_bytes: int
+) -> None:
+    """Outputs go out as their records get named; a key's outputs keep the key's order only if
+    no record of the key is named while an earlier finished one above the cursor is not."""
+    rng = random.Random(seed)
+    key_of = [rng.randrange(keys) for _ in range(size)]
+    finish_at: list[int] = []
+    last: dict[int, int] = {}
+    for key in key_of:  # a key's records finish in offset order; key 0 is stuck at its first
+        at = steps + 1 if key == 0 else max(last.get(key, 0), rng.randrange(steps))
+        last[key] = at
+        finish_at.append(at)
+    previous = ""
+    for now in range(steps):
+        done = [o for o, at in enumerate(finish_at) if at <= now]
+        cursor = next((o for o, at in enumerate(finish_at) if at > now), size)
+        finished = OffsetRuns.from_offsets(done).from_floor(cursor + 1)
+        previous = encode_monotone(cursor, finished, previous, max_bytes).text
+        named = decode_finished(cursor, previous)
+        waiting: set[int] = set()  # keys with a finished record above the cursor not named
+        for offset in range(cursor + 1, size):
+            if offset in named:
+                assert key_of[offset] not in waiting, f"offset {offset} named out of key order"
+            elif offset in finished:
+                waiting.add(key_of[offset])
