@@ -11,7 +11,9 @@ read with ``isolation.level=read_committed``, every input has its outputs exactl
 Outputs are produced only inside :meth:`TransactionalCommitter._transact`, never between
 commits, so an open transaction only ever holds what the offsets in it cover. Outputs of a
 record whose offset does not fit the commit metadata (the metadata overflowed) stay for a
-later transaction, whose cursor or metadata covers it.
+later transaction, whose cursor or metadata covers it; and no later metadata leaves out an
+offset an earlier committed one named (:func:`~keyshared.core.offsets.encode_monotone`), or
+the next owner would run that record again and commit its outputs twice.
 
 A transaction that fails is aborted (or, when the producer is unusable or the outcome is
 unknown, a new producer with the same ``transactional.id`` settles it: ``init_transactions``
