@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
@@ -50,6 +51,7 @@ __all__ = [
     "Encoded",
     "decode_finished",
     "encode_finished",
+    "encode_monotone",
     "encode_within",
     "is_keyshared_metadata",
 ]
@@ -106,7 +108,9 @@ def encode_within(
     When all of them do not fit, the runs nearest the cursor are kept: they are the ones the
     cursor reaches first, and what is left out is only redone after a crash, never lost (the
     metadata always names a subset of what is finished). ``left_out`` says how many offsets
-    that costs, for the metric and the log line.
+    that costs, for the metric and the log line. Two commits may name different subsets:
+    where a named offset must stay named (its outputs are committed), use
+    :func:`encode_monotone`.
     """
     runs = OffsetRuns.coerce(finished).from_floor(cursor + 1)
     if not runs:
@@ -114,12 +118,13 @@ def encode_within(
     text = _encode_runs_text(cursor, runs.runs)
     if len(text) <= max_bytes:
         return Encoded(text, 0)
-    budget = (max_bytes - len(METADATA_PREFIX)) * 4 // 5 - 16
-    # Take the runs nearest the cursor whose plain encoding surely fits (base85 turns 4 bytes
-    # into 5; header and CRC at most 16 bytes), then try a few longer prefixes, since
-    # compression often packs more. A handful of encodings, not a search: this runs on the
-    # poll thread at every commit while a deep window overflows.
+    return _nearest_runs(cursor, runs, max_bytes)
+
+
+def _nearest_runs(cursor: int, runs: OffsetRuns, max_bytes: int) -> Encoded:
+    """The runs nearest the cursor that fit, for ``runs`` whose whole encoding does not."""
     all_runs = runs.runs
+    budget = _raw_budget(max_bytes)
     count = used = 0
     expected = cursor + 1
     for start, end in all_runs:
@@ -128,19 +133,123 @@ def encode_within(
             break
         count += 1
         expected = end + 1
-    best_count, best = count, _encode_runs_text(cursor, all_runs[:count])
-    if len(best) > max_bytes:  # cannot happen by the arithmetic above; never send it
-        best_count, best = 0, ""
-    for factor in (4, 2, 1.5):
-        more = int(max(count, 1) * factor)
-        if more <= best_count or more >= len(all_runs):
-            continue
-        candidate = _encode_runs_text(cursor, all_runs[:more])
-        if len(candidate) <= max_bytes:
-            best_count, best = more, candidate
-            break
+    fitted = _fit(cursor, len(all_runs), lambda j: all_runs[:j], count, max_bytes)
+    best_count, best = fitted or (0, "")
     kept = sum(end - start for start, end in all_runs[:best_count])
     return Encoded(best, len(runs) - kept)
+
+
+def encode_monotone(
+    cursor: int, finished: Iterable[int], previous: str, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Encoded:
+    """Encode the finished offsets above ``cursor`` without un-naming any ``previous`` named.
+
+    Why: once a commit named an offset, whatever was committed with it (exactly-once outputs)
+    is final, and a later commit that leaves the offset out would have the next owner redo the
+    record and commit its outputs a second time. So the offsets ``previous`` names above
+    ``cursor`` (and that are finished: a rewound group's old metadata names nothing) are all
+    kept, and the other finished runs are added nearest the cursor first, as many as fit;
+    ``left_out`` counts the finished offsets not named. When not even the previous set fits
+    re-encoded against ``cursor``, ``previous`` itself is returned: it was committed once, and
+    a reader decodes it against any later cursor.
+
+    Per key the named set stays a prefix of the key's records (records of a key finish in
+    order, and the union of two prefixes is one), so outputs released as their records get
+    named go out in key order.
+    """
+    runs = OffsetRuns.coerce(finished).from_floor(cursor + 1)
+    if not runs:
+        return Encoded("", 0)
+    text = _encode_runs_text(cursor, runs.runs)
+    if len(text) <= max_bytes:
+        return Encoded(text, 0)
+    decoded = decode_finished(cursor, previous)
+    named = decoded & runs
+    if not named:
+        return _nearest_runs(cursor, runs, max_bytes)
+    all_runs = runs.runs
+    kept_runs = named.runs
+    kept_starts = [start for start, _ in kept_runs]
+
+    def tail(j: int) -> int:
+        """Candidate j is all_runs[:j] + kept_runs[tail(j):]: the named offsets beyond the
+        first j finished runs (a named run lies inside a finished one, never across its end)."""
+        return bisect_left(kept_starts, all_runs[j - 1][1]) if j else 0
+
+    # Uncompressed cost of each candidate; kept runs after the first cost the same in every
+    # candidate (their gaps are to each other), so they are suffix-summed once.
+    suffix = [0] * (len(kept_runs) + 1)
+    for i in range(len(kept_runs) - 1, 0, -1):
+        start, end = kept_runs[i]
+        gap = start - kept_runs[i - 1][1] - 1
+        suffix[i - 1] = suffix[i] + _varint_len(gap) + _varint_len(end - 1 - start)
+    budget = _raw_budget(max_bytes)
+    sure = -1
+    prefix = 0
+    expected = cursor + 1
+    for j in range(len(all_runs) + 1):
+        if j:
+            start, end = all_runs[j - 1]
+            prefix += _varint_len(start - expected) + _varint_len(end - 1 - start)
+            if prefix > budget:
+                break  # every later candidate costs at least this much uncompressed
+            expected = end + 1
+        cost = prefix
+        t = tail(j)
+        if t < len(kept_runs):
+            start, end = kept_runs[t]
+            cost += _varint_len(start - expected) + _varint_len(end - 1 - start) + suffix[t]
+        if cost <= budget:
+            sure = j
+    fitted = _fit(
+        cursor, len(all_runs), lambda j: all_runs[:j] + kept_runs[tail(j) :], sure, max_bytes
+    )
+    if fitted is None:
+        if len(named) == len(decoded):
+            return Encoded(previous, len(runs) - len(named))
+        # previous names offsets that are not finished: it cannot be resent, and nothing
+        # smaller keeps what it names; fall back to the nearest runs.
+        return _nearest_runs(cursor, runs, max_bytes)
+    best_count, best = fitted
+    kept = sum(end - start for start, end in all_runs[:best_count])
+    kept += sum(end - start for start, end in kept_runs[tail(best_count) :])
+    return Encoded(best, len(runs) - kept)
+
+
+def _raw_budget(max_bytes: int) -> int:
+    """Body bytes that surely fit uncompressed: base85 turns 4 bytes into 5; header and CRC
+    take at most 16."""
+    return (max_bytes - len(METADATA_PREFIX)) * 4 // 5 - 16
+
+
+def _fit(
+    cursor: int,
+    count: int,
+    candidate: Callable[[int], Sequence[tuple[int, int]]],
+    sure: int,
+    max_bytes: int,
+) -> tuple[int, str] | None:
+    """The largest ``j`` (of a handful tried) whose ``candidate(j)`` encodes within
+    ``max_bytes``, with its text; ``sure`` fits uncompressed (-1: none is known to).
+
+    Starts from ``sure`` and tries a few larger ``j``, since compression often packs more. A
+    handful of encodings, not a search: this runs on the poll thread at every commit while a
+    deep window overflows. Candidates grow with ``j``.
+    """
+    best: tuple[int, str] | None = None
+    start = max(sure, 0)
+    text = _encode_runs_text(cursor, candidate(start))
+    if len(text) <= max_bytes:  # always, for sure >= 0, by the arithmetic of _raw_budget
+        best = (start, text)
+    for factor in (4, 2, 1.5):
+        more = int(max(start, 1) * factor)
+        if more <= start or more >= count or (best is None and more > 1):
+            continue
+        candidate_text = _encode_runs_text(cursor, candidate(more))
+        if len(candidate_text) <= max_bytes:
+            best = (more, candidate_text)
+            break
+    return best
 
 
 def _varint_len(value: int) -> int:
@@ -251,20 +360,21 @@ def _decode_runs(base: int, body: bytes) -> list[tuple[int, int]]:
 
 
 def _encode_bitset(base: int, runs: Sequence[tuple[int, int]], span_bytes: int) -> bytes:
-    bits = bytearray(span_bytes)
+    # One big-int OR per run, not one Python step per offset: dense windows are the norm.
+    bits = 0
     first = base + 1
     for start, end in runs:
-        for offset in range(start, end):
-            index = offset - first
-            bits[index >> 3] |= 1 << (index & 7)
-    return bytes(bits)
+        bits |= ((1 << (end - start)) - 1) << (start - first)
+    return bits.to_bytes(span_bytes, "little")
 
 
 def _decode_bitset(base: int, body: bytes) -> list[tuple[int, int]]:
     first = base + 1
     runs: list[tuple[int, int]] = []
     for byte_index, byte in enumerate(body):
-        if byte:
+        if byte == 0xFF and runs and runs[-1][1] == first + (byte_index << 3):
+            runs[-1] = (runs[-1][0], runs[-1][1] + 8)  # the common case of a dense window
+        elif byte:
             bit_base = first + (byte_index << 3)
             for bit in range(8):
                 if byte >> bit & 1:

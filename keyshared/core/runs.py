@@ -146,6 +146,30 @@ class OffsetRuns(Set[int]):
 
     __ror__ = __or__
 
+    def __and__(self, other: Any) -> OffsetRuns:
+        # Run by run: the Set mixin would expand every offset of both sides.
+        if not isinstance(other, Iterable):
+            return NotImplemented
+        other_runs = OffsetRuns.coerce(other)
+        starts: list[int] = []
+        ends: list[int] = []
+        a_starts, a_ends = self._starts, self._ends
+        b_starts, b_ends = other_runs._starts, other_runs._ends
+        i = j = 0
+        while i < len(a_starts) and j < len(b_starts):
+            start = max(a_starts[i], b_starts[j])
+            end = min(a_ends[i], b_ends[j])
+            if start < end:
+                starts.append(start)
+                ends.append(end)
+            if a_ends[i] < b_ends[j]:
+                i += 1
+            else:
+                j += 1
+        return OffsetRuns(starts, ends)
+
+    __rand__ = __and__
+
     # -- runs ------------------------------------------------------------------------------------
 
     @property

@@ -21,7 +21,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from keyshared.core.offsets import encode_within
+from keyshared.core.offsets import Encoded, encode_within
+from keyshared.core.runs import OffsetRuns
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.runtime.control import DispatchControl
 from keyshared.runtime.partition import PartitionState
@@ -84,20 +85,21 @@ class Committer:
         for state, cursor, finished in snapshot:
             metadata = ""
             if finished:
-                encoded = encode_within(cursor, finished, self._max_metadata_bytes)
+                encoded = self._encode(state, cursor, finished)
                 self._metrics.metadata(len(encoded.text), bool(encoded.left_out), encoded.left_out)
                 if encoded.left_out and not state.metadata_overflow_logged:
                     state.metadata_overflow_logged = True  # once per partition assignment
                     log.warning(
                         "%s: %d of %d finished offsets above %d (in %d runs) do not fit the "
-                        "commit metadata (%d bytes); the ones farthest from the cursor would "
-                        "be redone after a crash (keyshared_commit_metadata_left_out_offsets)",
+                        "commit metadata (%d bytes); %s "
+                        "(keyshared_commit_metadata_left_out_offsets)",
                         state,
                         encoded.left_out,
                         len(finished),
                         cursor,
                         finished.run_count,
                         self._max_metadata_bytes,
+                        self._left_out_means,
                     )
                 metadata = encoded.text
             unchanged = skip_unchanged and state.commit_sent == (cursor, metadata)
@@ -107,6 +109,17 @@ class Committer:
             self._sent_at[state.tp] = now
             offsets.append(TopicPartition(state.topic, state.partition, cursor, metadata=metadata))
         return offsets
+
+    _left_out_means = "the ones farthest from the cursor would be redone after a crash"
+
+    def _encode(self, state: PartitionState, cursor: int, finished: OffsetRuns) -> Encoded:
+        """The metadata of one commit: the finished runs nearest the cursor that fit.
+
+        Two commits may name different subsets when they overflow; at-least-once allows it
+        (an offset named once and not later is at most redone), and naming the runs nearest
+        the cursor keeps the metadata about the records the cursor reaches next.
+        """
+        return encode_within(cursor, finished, self._max_metadata_bytes)
 
     def starting_points(
         self, partitions: list[tuple[str, int]], timeout: float

@@ -11,7 +11,9 @@ read with ``isolation.level=read_committed``, every input has its outputs exactl
 Outputs are produced only inside :meth:`TransactionalCommitter._transact`, never between
 commits, so an open transaction only ever holds what the offsets in it cover. Outputs of a
 record whose offset does not fit the commit metadata (the metadata overflowed) stay for a
-later transaction, whose cursor or metadata covers it.
+later transaction, whose cursor or metadata covers it; and no later metadata leaves out an
+offset an earlier committed one named (:func:`~keyshared.core.offsets.encode_monotone`), or
+the next owner would run that record again and commit its outputs twice.
 
 A transaction that fails is aborted (or, when the producer is unusable or the outcome is
 unknown, a new producer with the same ``transactional.id`` settles it: ``init_transactions``
@@ -40,7 +42,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from keyshared.core.offsets import decode_finished
+from keyshared.core.offsets import Encoded, decode_finished, encode_monotone
+from keyshared.core.runs import OffsetRuns
 from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import KafkaConsumer
@@ -102,6 +105,14 @@ class TransactionalCommitter(Committer):
         self._redo_fencing: dict[TP, Callable[[bytes | None, int], int | None]] = {}
         self.transactions = 0  # committed transactions (tests and logs)
 
+    _left_out_means = "their outputs wait until a commit can name them or the cursor passes them"
+
+    def _encode(self, state: PartitionState, cursor: int, finished: OffsetRuns) -> Encoded:
+        """Never un-name an offset the partition's last committed metadata named: its
+        outputs are committed, and the next owner (or a redo) would run the record again
+        if this commit left it out. What no longer fits waits, outputs included."""
+        return encode_monotone(cursor, finished, state.committed_metadata, self._max_metadata_bytes)
+
     def bind(self, events: MembershipEvents) -> None:
         self._events = events
 
@@ -161,10 +172,11 @@ class TransactionalCommitter(Committer):
             return False
         self._metrics.commit(True)
         self.transactions += 1
-        by_tp = {(tp.topic, tp.partition): tp.offset for tp in offsets}
+        by_tp = {(tp.topic, tp.partition): tp for tp in offsets}
         for state in states:
             if state.tp in by_tp:
-                state.committed = by_tp[state.tp]
+                state.committed = by_tp[state.tp].offset
+                state.committed_metadata = by_tp[state.tp].metadata or ""
         return True
 
     def _ready(self) -> bool:

@@ -104,7 +104,7 @@ class PartitionState:
     stats: KeyStats = field(default_factory=KeyStats)
     # -- poll thread only
     committed: int | None = None  # last offset committed (or read back at assignment)
-    committed_metadata: str = ""
+    committed_metadata: str = ""  # exactly-once: each transaction names at least what this does
     commit_sent: tuple[int, str] | None = None  # last (cursor, metadata) sent, maybe unconfirmed
     already_done: OffsetRuns = EMPTY_RUNS
     metadata_overflow_logged: bool = False  # the metadata overflow is logged once

@@ -43,6 +43,10 @@ def test_union_and_floor(a: set[int], b: set[int], floor: int) -> None:
     assert (ra | rb) == a | b
     assert (ra | b) == a | b
     assert ra.from_floor(floor) == {o for o in a if o >= floor}
+    both = ra & rb
+    assert both == a & b
+    assert both.runs == OffsetRuns.from_offsets(a & b).runs  # normal: no adjacent runs
+    assert (ra & b) == a & b
     end = ra.run_end(floor)
     if floor in a:
         assert end > floor and all(o in a for o in range(floor, end)) and end not in a

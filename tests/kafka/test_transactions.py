@@ -7,12 +7,14 @@ A scripted producer records every call; windows are driven by hand. The real-bro
 
 from __future__ import annotations
 
+import random
 import uuid
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from keyshared.core.offsets import decode_finished, encode_within
 from keyshared.core.window import InFlightWindow
 from keyshared.kafka import transactions
 from keyshared.kafka.transactions import TransactionalCommitter
@@ -163,6 +165,46 @@ def test_outputs_of_offsets_the_metadata_cannot_name_wait_for_a_later_commit(des
     kept = [offset for offset, _ in state.outputs.ready]
     assert len(produced) == 4 and len(kept) == 15, (produced, kept)
     assert min(kept) > max(int(v[1:]) for v in produced)  # the farthest from the cursor wait
+
+
+def test_an_offset_a_transaction_named_stays_named_in_every_later_one(desk: Any) -> None:
+    """Once a transaction committed a record's outputs with the metadata naming it, a later
+    commit that left the record out would have the next owner (or a redo) run it again and
+    commit its outputs twice. Offset 0 is stuck; records far from it finish first, then many
+    nearer ones, more than the metadata holds: the far ones stay named, and the outputs of
+    the near ones that cannot be named wait."""
+    committer, state, _, _ = desk
+    committer._max_metadata_bytes = 60
+    state.window = InFlightWindow(start_offset=0, max_window=1000, per_worker_capacity=1000)
+    rng = random.Random(5)
+    far = list(range(301, 341, 2))
+    near = [o for o in range(1, 300) if rng.random() < 0.5]
+    _finish(state, *far, admitted=400)
+    committer.commit_async([state])
+    named_first = decode_finished(0, _sent(state))
+    assert set(far) <= named_first
+    produced = _produced()
+    assert produced == far
+    _finish(state, *near)
+    plain = decode_finished(0, encode_within(0, state.window.finished_above_cursor(), 60).text)
+    assert not named_first <= plain  # what the nearest-runs encoding would have sent
+    committer.commit_async([state])
+    named = decode_finished(0, _sent(state))
+    assert named_first <= named
+    assert state.committed_metadata == _sent(state)  # the reference of the next commit
+    produced = _produced()
+    assert sorted(produced) == sorted(named) and len(produced) == len(set(produced))
+    waiting = [offset for offset, _ in state.outputs.ready]
+    assert waiting and sorted(waiting) == sorted(set(near) - named)
+
+
+def _sent(state: PartitionState) -> str:
+    assert state.commit_sent is not None
+    return state.commit_sent[1]
+
+
+def _produced() -> list[int]:
+    return [int(c[3][1:]) for c in FakeProducer.instances[-1].calls if c[0] == "produce"]
 
 
 def test_an_abortable_failure_aborts_and_redoes_every_live_partition(desk: Any) -> None:

@@ -1,0 +1,143 @@
+"""Exactly-once across a hand-over after the commit metadata overflowed.
+
+One key is blocked by ``poison="block"`` at its first record, so the cursor stays there while
+everything else finishes; the blocked key's later records are holes above the cursor, and the
+finished set soon stops fitting the commit metadata (its budget is lowered here so that a few
+thousand records suffice). The records come in two parts: a commit names every finished record
+of the first part (it still fits), and the second part makes the set overflow, so that the nearest
+runs of the whole set end below what that commit named. Then the member stops and a second one
+takes over. Read with
+``isolation.level=read_committed``, every record's output must appear exactly once and in
+per-key order: a record whose outputs one transaction committed must never run again, whatever
+a later commit's metadata has room for.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from itertools import pairwise
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from keyshared import KeySharedConsumer, Record, RetryPolicy
+from keyshared.core.offsets import decode_finished
+from keyshared.dev.topics import GroupFactory, TopicFactory
+from keyshared.kafka.commits import Committer
+from tests.kafka.support.inprocess import Running
+from tests.kafka.support.journal import committed, produce, wait_for
+from tests.kafka.test_exactly_once import Seen, _committed_to_end, read_committed
+
+RECORDS = 20_000
+BLOCKED_SHARE = 0.05
+METADATA_BYTES = 1000  # overflows at about 800 holes; 4000 would take ~70,000 records
+FIRST_PART = 14_000  # fits the metadata whole; the nearest runs of all 20,000 end at ~12,200
+BLOCKED = b"S"
+
+
+class Outputs:
+    """The handler: one output per record (its sequence under its key); fails the blocked
+    key's first record when told to; counts successes."""
+
+    def __init__(self, out: str, fail_first_blocked: bool) -> None:
+        self._out = out
+        self._fail = fail_first_blocked
+        self._lock = threading.Lock()
+        self.done = 0
+
+    def __call__(self, record: Record) -> None:
+        if self._fail and record.raw_key == BLOCKED and int(record.value) == 0:
+            raise ValueError("poison: the key blocks here")
+        assert record.output is not None  # exactly-once consumers give every record one
+        record.output.produce(self._out, key=record.raw_key, value=record.value)
+        with self._lock:
+            self.done += 1
+
+
+def _member(bootstrap: str, group: str, source: str, name: str, handler: Outputs) -> Running:
+    return Running(
+        KeySharedConsumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name},
+            [source],
+            handler,
+            workers=4,
+            exactly_once=True,
+            poison="block",
+            commit_interval=0.2,
+            retry=RetryPolicy(max_attempts=1),
+            drain_timeout=2,
+        )
+    )
+
+
+def _metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def _faults(seen: Seen, expected: dict[bytes | None, list[int]]) -> dict[str, Any]:
+    duplicates = sum(n - 1 for values in seen.values() for n in Counter(values).values())
+    order_breaks = sum(1 for values in seen.values() for a, b in pairwise(values) if b < a)
+    missing = sum(len(set(v) - set(seen.get(k, []))) for k, v in expected.items())
+    return {"duplicates": duplicates, "order_breaks": order_breaks, "missing": missing}
+
+
+def test_a_handover_after_metadata_overflow_repeats_no_output(
+    kafka_bootstrap: str,
+    new_topic: TopicFactory,
+    new_group: GroupFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Committer.__init__, "__defaults__", (METADATA_BYTES,))
+    source = new_topic(partitions=1)
+    out = new_topic(partitions=1)
+    group = new_group("eos-overflow")
+    rng = random.Random(36)
+    records: list[tuple[bytes | None, int]] = [(BLOCKED, 0)]
+    for seq in range(1, RECORDS + 1):
+        key = BLOCKED if rng.random() < BLOCKED_SHARE else b"u%d" % seq
+        records.append((key, seq))
+    others = sum(1 for key, _ in records if key != BLOCKED)
+    # In two parts, so that one commit surely names everything finished in the first part
+    # (it fits the metadata whole), before the second part makes the finished set overflow.
+    split = FIRST_PART + 1
+    produce(kafka_bootstrap, source, records[:split])
+    first_part = sum(1 for key, _ in records[:split] if key != BLOCKED)
+
+    first = Outputs(out, fail_first_blocked=True)
+    run = _member(kafka_bootstrap, group, source, "first", first)
+    labels = {"group": group, "member": "first"}
+
+    def names_the_first_part() -> bool:
+        [(cursor, metadata)] = committed(kafka_bootstrap, group, source).values()
+        return cursor == 0 and len(decode_finished(cursor, metadata)) == first_part
+
+    wait_for(names_the_first_part, 60, "a commit naming every record of the first part")
+    produce(kafka_bootstrap, source, records[split:])
+    wait_for(lambda: first.done == others, 90, "the first member to finish every other key")
+    wait_for(
+        lambda: _metric("keyshared_commit_metadata_overflows_total", **labels),
+        30,
+        "the commit metadata to overflow",
+    )
+    # Graceful: the blocked record is not running, so the drain ends at once and the final
+    # commit carries the last window (periodic commits skip an unchanged one).
+    run.stop()
+
+    second = Outputs(out, fail_first_blocked=False)
+    run = _member(kafka_bootstrap, group, source, "second", second)
+    _committed_to_end(kafka_bootstrap, group, source, 90)
+    run.stop()
+
+    expected: dict[bytes | None, list[int]] = {}
+    for produced, seq in records:
+        expected.setdefault(produced, []).append(seq)
+    seen = read_committed(kafka_bootstrap, out, len(records))
+    faults = _faults(seen, expected)
+    assert faults == {"duplicates": 0, "order_breaks": 0, "missing": 0}, (
+        f"{faults} among {sum(map(len, seen.values()))} outputs of {len(records)} records; "
+        f"the second member ran {second.done} records"
+    )
+    assert set(seen) == set(expected)
