@@ -34,6 +34,7 @@ from keyshared.kafka.batches import BatchHandler
 from keyshared.kafka.seams import Coordination
 from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
 from keyshared.kafka.tracing import handler_tracer
+from keyshared.kafka.transactions import check_producer_config
 from keyshared.record import Record
 from keyshared.settings import ConsumerOptions, build_kafka_config
 
@@ -90,6 +91,7 @@ class KeySharedConsumer:
         self._coordinator = coordinator
         self._config = build_kafka_config(config)
         check_drain_timeout(options, self._config)
+        check_producer_config(self._config, options)
         self.topics = topic_list(topics)
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)  # noqa: B004

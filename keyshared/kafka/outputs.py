@@ -16,13 +16,28 @@ one owner, so a message is committed exactly when its record is:
 Records of one key finish in order, so a key's messages enter ``ready`` in its order.
 Dead letters take the same path (``RecordExecutor`` stages them): in exactly-once mode a
 dead letter is one more output of its record.
+
+What the producer would refuse (a value it cannot send, a message over its size limit, a
+topic that does not exist) is refused by ``produce`` itself (:class:`OutputRules`), inside the
+handler: the attempt fails and the retry and poison policies apply to its record. Found only
+in the transaction, the same mistake would fail every record committed with it.
+When the attempt ends the :class:`Output` is sealed: its messages are handed over as a copy,
+and a later ``produce`` (a thread the handler left running, a call after ``ack``) raises
+instead of adding to a list that is committed or not depending on timing.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-__all__ = ["Output", "OutputMessage", "PartitionOutputs"]
+from confluent_kafka import KafkaError, KafkaException
+
+from keyshared.errors import OutputError
+
+__all__ = ["Output", "OutputMessage", "OutputRules", "PartitionOutputs"]
 
 Headers = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
 
@@ -53,10 +68,12 @@ class Output:
     records. A handler that produces with its own producer instead gets no such guarantee.
     """
 
-    __slots__ = ("messages",)
+    __slots__ = ("_rules", "messages", "sealed")
 
-    def __init__(self) -> None:
+    def __init__(self, rules: OutputRules | None = None) -> None:
         self.messages: list[OutputMessage] = []
+        self.sealed = False
+        self._rules = rules
 
     def produce(
         self,
@@ -65,10 +82,161 @@ class Output:
         key: str | bytes | None = None,
         headers: Headers = None,
     ) -> None:
-        """Stage a message (the partition comes from the key, murmur2 like Java producers)."""
+        """Stage a message (the partition comes from the key, murmur2 like Java producers).
+
+        :raises keyshared.OutputError: the producer would refuse the message (a value, key or
+            header that is not ``str``/``bytes``/``None``, a message over the producer's
+            ``message.max.bytes``, a topic that does not exist or may not be described), or
+            the attempt already ended (the handler returned, or the record was acked).
+        """
+        if self.sealed:
+            raise OutputError(
+                topic, "record.output is sealed: its attempt ended (the handler returned or "
+                "the record was acked); produce from inside the handler",
+            )  # fmt: skip
         if not isinstance(topic, str) or not topic:
-            raise ValueError(f"topic must be a non-empty string, got {topic!r}")
+            raise OutputError(topic, "the topic must be a non-empty string")
+        if self._rules is not None:
+            self._rules.check(topic, key, value, headers)
         self.messages.append(OutputMessage(topic, key, value, headers))
+
+    def seal(self) -> list[OutputMessage]:
+        """The attempt ended: no more messages; a copy of them, to stage (or drop)."""
+        self.sealed = True
+        return list(self.messages) if self.messages else []
+
+
+# librdkafka refuses a message when key + value + serialized headers + this worst-case record
+# overhead (length, attributes, timestamp and offset deltas, key/value/header-count varints)
+# exceed message.max.bytes (rd_kafka_msg_new0). Checked against the library: test_outputs.
+_RECORD_OVERHEAD = 36
+_PAYLOAD = (str, bytes)
+_REFUSED = {
+    KafkaError.UNKNOWN_TOPIC_OR_PART: "the topic does not exist (create it first)",
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "not authorized to describe the topic",
+    KafkaError.TOPIC_EXCEPTION: "the topic name is invalid",
+}
+
+
+def _varint_size(n: int) -> int:
+    """Bytes of a zigzag varint (Kafka record fields) of ``n``."""
+    zigzag = (n << 1) ^ (n >> 63)
+    size = 1
+    while zigzag >= 0x80:
+        zigzag >>= 7
+        size += 1
+    return size
+
+
+def _length(field: str, value: object, topic: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, str):
+        return len(value.encode("utf-8"))
+    raise OutputError(
+        topic, f"the {field} must be str, bytes or None (serialize it first), "
+        f"got {type(value).__name__}",
+    )  # fmt: skip
+
+
+def _headers_size(headers: object, topic: str) -> int:
+    if headers is None:
+        return 0
+    if isinstance(headers, dict):
+        items: Any = headers.items()
+    elif isinstance(headers, list):
+        items = headers
+    else:
+        raise OutputError(
+            topic, f"headers must be a list of (name, value) pairs or a dict, "
+            f"got {type(headers).__name__}",
+        )  # fmt: skip
+    size = 0
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise OutputError(topic, f"each header must be a (name, value) pair, got {item!r}")
+        name, value = item
+        if not isinstance(name, _PAYLOAD):
+            raise OutputError(topic, f"a header name must be str, got {type(name).__name__}")
+        name_size = _length("header name", name, topic)
+        value_size = -1 if value is None else _length(f"header {name!r}", value, topic)
+        size += _varint_size(name_size) + name_size + _varint_size(value_size) + max(value_size, 0)
+    return size
+
+
+class OutputRules:
+    """What the transactional producer would refuse, checked in ``record.output.produce``.
+
+    Types and size cost a few ``isinstance`` and ``len`` calls per message. A topic is looked
+    up once (a metadata request from the calling thread) and remembered: known topics for the
+    run; a topic the broker said is missing or forbidden for ``refusal_ttl`` seconds (its
+    records fail meanwhile without asking again, and a topic created later is found). A lookup
+    the broker did not answer refuses nothing: the message goes on unchecked for
+    ``refusal_ttl`` seconds (a broker outage must not fail records), and the transaction finds
+    what is left.
+
+    :param max_bytes: the producer's ``message.max.bytes``.
+    :param lookup: ``topic -> TopicMetadata`` (the consumer's ``list_topics``); None: no check.
+    """
+
+    def __init__(
+        self,
+        max_bytes: int,
+        lookup: Callable[[str], Any] | None,
+        refusal_ttl: float = 5.0,
+    ) -> None:
+        self.max_bytes = max_bytes
+        self._lookup = lookup
+        self._ttl = refusal_ttl
+        self._known: set[str] = set()
+        self._until: dict[str, tuple[float, str | None]] = {}  # topic -> (until, refusal)
+        self._lock = threading.Lock()
+
+    def check(self, topic: str, key: object, value: object, headers: object) -> None:
+        """Raise :class:`~keyshared.errors.OutputError` for a message the producer would refuse."""
+        size = _length("value", value, topic) + _length("key", key, topic)
+        if headers is not None:
+            size += _headers_size(headers, topic)
+        if size + _RECORD_OVERHEAD > self.max_bytes:
+            raise OutputError(
+                topic, f"the message is {size} bytes (key, value and headers), over the "
+                f"producer's message.max.bytes ({self.max_bytes}, less "
+                f"{_RECORD_OVERHEAD} bytes of record overhead)",
+            )  # fmt: skip
+        if topic not in self._known and self._lookup is not None:
+            self._check_topic(topic)
+
+    def _check_topic(self, topic: str) -> None:
+        with self._lock:  # one lookup at a time: a burst of records to a new topic asks once
+            if topic in self._known:
+                return
+            now = time.monotonic()
+            held = self._until.get(topic)
+            if held is None or held[0] <= now:
+                held = self._ask(topic, now)
+        if held[1] is not None:
+            raise OutputError(topic, held[1])
+
+    def _ask(self, topic: str, now: float) -> tuple[float, str | None]:
+        assert self._lookup is not None
+        try:
+            meta = self._lookup(topic)
+        except (KafkaException, OSError, RuntimeError):
+            meta = None  # no answer: unchecked for a while, never refused
+        error = getattr(meta, "error", None)
+        code = error.code() if isinstance(error, KafkaError) else None
+        if meta is not None and error is None and meta.partitions:
+            self._known.add(topic)
+            self._until.pop(topic, None)
+            return (now, None)
+        refusal = _REFUSED.get(code) if code is not None else None
+        if refusal is not None:
+            refusal = f"{refusal} ({error})"
+        held = (now + self._ttl, refusal)
+        self._until[topic] = held
+        return held
 
 
 class PartitionOutputs:
@@ -86,12 +254,21 @@ class PartitionOutputs:
         self.ready: list[tuple[int, list[OutputMessage]]] = []
 
     def stage(self, offset: int, messages: list[OutputMessage]) -> None:
-        """A record's handler succeeded (or its dead letter is built): hold its messages."""
+        """A record's handler succeeded (or its dead letter is built): hold its messages.
+        ``messages`` becomes this object's: a sealed attempt's copy, or a fresh list."""
         held = self.staged.get(offset)
         if held is None:
             self.staged[offset] = messages
         else:
             held.extend(messages)
+
+    def stage_attempt(self, offset: int, output: Output) -> None:
+        """The record's attempt succeeded: seal its ``record.output`` and stage a copy of its
+        messages, so nothing the handler (or a thread it left behind) does afterwards changes
+        what is committed."""
+        messages = output.seal()
+        if messages:
+            self.stage(offset, messages)
 
     def release(self, offset: int) -> None:
         """Dispatcher lock: the record is finished in its window; its messages may go out."""

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -41,15 +43,21 @@ from confluent_kafka import (
 )
 
 from keyshared.core.offsets import decode_finished
+from keyshared.errors import ConfigurationError
 from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import KafkaConsumer
-from keyshared.kafka.outputs import OutputMessage
+from keyshared.kafka.outputs import OutputMessage, OutputRules
 from keyshared.kafka.partition import PartitionState
 from keyshared.kafka.seams import MembershipEvents
 from keyshared.settings import ConsumerOptions
 
-__all__ = ["TransactionalCommitter", "producer_config", "transactional_store"]
+__all__ = [
+    "TransactionalCommitter",
+    "check_producer_config",
+    "producer_config",
+    "transactional_store",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +65,13 @@ TP = tuple[str, int]
 Taken = list[tuple[PartitionState, list[tuple[int, list[OutputMessage]]]]]
 _TXN_TIMEOUT = 30.0  # seconds for a transactional call before the outcome counts as unknown
 _METADATA_TIMEOUT = 5.0
+_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default
+_FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
 
 
-def producer_config(kafka_config: dict[str, Any], transactional_id: str) -> dict[str, Any]:
+def producer_config(
+    kafka_config: dict[str, Any], transactional_id: str, transaction_timeout: float = 10.0
+) -> dict[str, Any]:
     """The transactional producer beside a consumer: the consumer's connection and identity."""
     return {
         **client_properties(kafka_config),
@@ -68,10 +80,52 @@ def producer_config(kafka_config: dict[str, Any], transactional_id: str) -> dict
         "acks": "all",
         "linger.ms": 5,
         # An open transaction of a killed member blocks read_committed readers (and the next
-        # owner's committed-offset read) until it times out; keep that short.
-        "transaction.timeout.ms": 10_000,
+        # owner's committed-offset read) until it times out; keep that short (10 s default).
+        "transaction.timeout.ms": round(transaction_timeout * 1000),
         **KEYED_PRODUCER,
     }
+
+
+def check_producer_config(kafka_config: dict[str, Any], options: ConsumerOptions) -> None:
+    """Refuse at construction what librdkafka would refuse only when ``run()`` builds the
+    transactional producer, naming the property; and own ``isolation.level``.
+
+    The producer inherits the consumer's ``socket.*`` properties, and librdkafka refuses a
+    transactional producer whose ``socket.timeout.ms`` exceeds ``transaction.timeout.ms`` +
+    100. The consumer must read committed: a ``read_uncommitted`` one would process records of
+    aborted upstream transactions and read committed offsets without waiting for a pending
+    transactional commit (KIP-447), which the redo after a failed transaction relies on.
+    """
+    if not options.exactly_once:
+        return
+    level = str(kafka_config.get("isolation.level", "read_committed")).lower()
+    if level != "read_committed":
+        raise ConfigurationError(
+            "isolation.level",
+            f"exactly_once needs read_committed (keyshared sets it), got {level!r}: a "
+            "read_uncommitted consumer would process aborted input and could redo records "
+            "whose outputs a pending transaction commits",
+        )
+    kafka_config["isolation.level"] = "read_committed"
+    timeout_ms = round(options.transaction_timeout * 1000)
+    socket_ms = kafka_config.get("socket.timeout.ms")
+    if socket_ms is not None and int(socket_ms) > timeout_ms + 100:
+        raise ConfigurationError(
+            "socket.timeout.ms",
+            f"{socket_ms} ms exceeds transaction_timeout ({timeout_ms} ms) + 100 ms, which "
+            "librdkafka refuses for the transactional producer (it inherits socket.*); lower "
+            "it or raise transaction_timeout",
+        )
+    config = producer_config(kafka_config, "keyshared-config-check", options.transaction_timeout)
+    try:
+        Producer(config)  # librdkafka checks its properties here, without any request
+    except (KafkaException, ValueError, TypeError) as exc:
+        message = str(exc.args[0] if exc.args else exc)
+        quoted = re.search(r'"([^"]+)"', message)
+        raise ConfigurationError(
+            quoted.group(1) if quoted else "config",
+            f"the exactly-once transactional producer refuses it: {message}",
+        ) from None
 
 
 class TransactionalCommitter(Committer):
@@ -88,10 +142,18 @@ class TransactionalCommitter(Committer):
         lock: Any,
         producer_config: dict[str, Any],
         reset_to_end: bool = False,
+        on_fenced: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(consumer, metrics, lock, self._lookup_state)
         self._producer_config = producer_config
         self._reset_to_end = reset_to_end
+        self._on_fenced = on_fenced
+        self.fenced = False  # another live producer took this transactional.id: never again
+        metrics.producer_fenced(0)
+        self.output_rules = OutputRules(
+            int(producer_config.get("message.max.bytes", _MESSAGE_MAX_BYTES)),
+            lambda topic: consumer.list_topics(topic, timeout=_METADATA_TIMEOUT).topics.get(topic),
+        )
         self._events: MembershipEvents | None = None
         self._partitions: dict[str, int] = {}  # DLQ topic -> partition count
         self._producer: Any = self._new_producer()  # None after a failure, until rebuilt
@@ -160,9 +222,15 @@ class TransactionalCommitter(Committer):
                     offsets, self._consumer.consumer_group_metadata(), _TXN_TIMEOUT
                 )
             self._commit()
-        except (KafkaException, LookupError) as exc:
+        except Exception as exc:
+            # Every failure, not only the client's: an exception left out here would end the
+            # poll loop with the transaction open, blocking read_committed readers until it
+            # times out.
             self._metrics.commit(False)
-            self._recover(exc, states)
+            if _fenced(exc):
+                self._stop_fenced(exc)
+            else:
+                self._recover(exc, states)
             return False
         self._metrics.commit(True)
         self.transactions += 1
@@ -173,7 +241,10 @@ class TransactionalCommitter(Committer):
         return True
 
     def _ready(self) -> bool:
-        """A usable producer and no redo half done; False (retried next time) otherwise."""
+        """A usable producer and no redo half done; False (retried next time) otherwise.
+        Never after a fence: a new producer would fence the other holder back."""
+        if self.fenced:
+            return False
         if self._producer is None:
             try:
                 self._producer = self._new_producer()
@@ -251,6 +322,28 @@ class TransactionalCommitter(Committer):
                 raise LookupError(f"DLQ topic {topic!r} is unavailable; create it")
             count = self._partitions[topic] = len(meta.partitions)
         return count
+
+    def _stop_fenced(self, exc: BaseException) -> None:
+        """Another live producer holds this ``transactional.id``: it commits what this member
+        was committing, or will. Re-initialising would fence it back, and the two would take
+        turns failing each other's transactions for as long as both run; so this member stops
+        committing and stops, and says why."""
+        self.fenced = True
+        txn_id = self._producer_config.get("transactional.id")
+        log.error(
+            "the transactional producer was fenced (%s): another live process uses "
+            "transactional.id %r. This member commits nothing more and stops; its uncommitted "
+            "records are redone by their next owner. Give every replica its own "
+            "transactional_id (or none: the default is unique per run).",
+            exc,
+            txn_id,
+        )
+        self._metrics.producer_fenced()
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self._producer.purge()
+        self._producer = None
+        if self._on_fenced is not None:
+            self._on_fenced()
 
     def _commit(self) -> None:
         """commit_transaction, repeated while librdkafka calls the error retriable (the
@@ -364,30 +457,49 @@ class TransactionalCommitter(Committer):
         return True
 
 
+def _fenced(exc: BaseException) -> bool:
+    """Another producer with this transactional.id was initialised after ours (librdkafka
+    reports the fence as a fatal error; a broker-side transaction timeout is not one)."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if not isinstance(err, KafkaError):
+        return False
+    return err.code() in _FENCED_CODES or (
+        err.code() == KafkaError.INVALID_PRODUCER_EPOCH and err.fatal()
+    )
+
+
+def default_transactional_id(group: str, member: str) -> str:
+    """Unique per run: replicas sharing a ``client.id`` (usual for quotas) never share an id,
+    so they cannot fence each other. KIP-447 needs no stable id (the group generation fences
+    zombies); a stable one only lets a restart abort its predecessor's open transaction at
+    once, which is what an explicit per-replica ``transactional_id`` is for."""
+    return f"keyshared-{group}-{member}-{uuid.uuid4().hex[:12]}"
+
+
 def transactional_store(
     consumer: KafkaConsumer,
     kafka_config: dict[str, Any],
     options: ConsumerOptions,
     metrics: Any,
     dispatcher: Any,
+    on_fenced: Callable[[], None] | None = None,
 ) -> TransactionalCommitter | None:
     """The exactly-once cursor store, or None for an at-least-once consumer.
 
-    Without a ``transactional_id`` one is derived from the group and the member's client id:
-    unique per member, which KIP-447 allows (the group generation fences zombies). A stable id
-    per member (a pod name) is better: a restarted member then aborts its predecessor's open
-    transaction at once instead of after ``transaction.timeout.ms``.
+    :param on_fenced: called once the producer is fenced (another live process took its
+        ``transactional.id``): the run should stop.
     """
     if not options.exactly_once:
         return None
-    txn_id = options.transactional_id or (
-        f"keyshared-{kafka_config['group.id']}-{kafka_config.get('client.id', '')}"
+    txn_id = options.transactional_id or default_transactional_id(
+        str(kafka_config["group.id"]), str(kafka_config.get("client.id", ""))
     )
     reset = str(kafka_config.get("auto.offset.reset", "latest")).lower()
     return TransactionalCommitter(
         consumer,
         metrics,
         dispatcher.lock,
-        producer_config(kafka_config, txn_id),
+        producer_config(kafka_config, txn_id, options.transaction_timeout),
         reset_to_end=reset in ("latest", "largest", "end"),
+        on_fenced=on_fenced,
     )

@@ -20,6 +20,7 @@ from keyshared.kafka.outputs import OutputMessage
 from keyshared.kafka.partition import PartitionState
 from keyshared.kafka.transactions import TransactionalCommitter
 from keyshared.metrics import ConsumerMetrics
+from keyshared.metrics.families import consumer as families
 
 
 class FakeProducer:
@@ -29,6 +30,7 @@ class FakeProducer:
         self.config = config
         self.calls: list[tuple[Any, ...]] = []
         self.fail_commit: KafkaError | None = None
+        self.fail_produce: BaseException | None = None
         FakeProducer.instances.append(self)
 
     def init_transactions(self, timeout: float) -> None:
@@ -38,6 +40,8 @@ class FakeProducer:
         self.calls.append(("begin",))
 
     def produce(self, topic: str, value: Any, key: Any, **extra: Any) -> None:
+        if self.fail_produce is not None:
+            raise self.fail_produce
         self.calls.append(("produce", topic, key, value))
 
     def send_offsets_to_transaction(self, offsets: list[TopicPartition], meta: Any, t: float):  # type: ignore[no-untyped-def]
@@ -111,9 +115,15 @@ def desk(monkeypatch: pytest.MonkeyPatch) -> Any:
     state = PartitionState("t", 0, metrics.partition("t", 0), committed=0)
     state.window = InFlightWindow(start_offset=0, max_window=100, per_worker_capacity=100)
     consumer = FakeConsumer()
+    stops: list[str] = []
     committer = TransactionalCommitter(
-        consumer, metrics, threading.Lock(), {"transactional.id": "x"}
+        consumer,
+        metrics,
+        threading.Lock(),
+        {"transactional.id": "x"},
+        on_fenced=lambda: stops.append("stop"),
     )
+    committer.stops = stops  # type: ignore[attr-defined]
     events = Events(state)
     committer.bind(events)  # type: ignore[arg-type]
     return committer, state, events, consumer
@@ -175,7 +185,7 @@ def test_an_abortable_failure_aborts_and_redoes_every_live_partition(desk: Any) 
 def test_a_fatal_failure_replaces_the_producer_before_the_next_transaction(desk: Any) -> None:
     committer, state, events, _ = desk
     first = FakeProducer.instances[-1]
-    first.fail_commit = KafkaError(KafkaError._FENCED, fatal=True)
+    first.fail_commit = KafkaError(KafkaError._INCONSISTENT, fatal=True)
     _finish(state, 0)
     committer.commit_async([state])
     assert ("abort",) not in first.calls and ("purge",) in first.calls
@@ -204,3 +214,38 @@ def test_a_redo_interrupted_after_building_a_state_still_seeks_and_resumes(desk:
     committer.commit_async([])
     assert consumer.seeks == [(0, 2)] and consumer.paused == set()
     assert events.states[state.tp].committed == 2
+
+
+@pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.PRODUCER_FENCED])
+def test_a_fenced_producer_stops_the_member_and_is_never_initialised_again(
+    desk: Any, code: int
+) -> None:
+    """Another live process took the transactional.id. A new producer of the same id would
+    fence it back (and the two would take turns failing each other's transactions); the member
+    instead stops committing, counts it and asks the run to stop."""
+    committer, state, events, _ = desk
+    first = FakeProducer.instances[-1]
+    first.fail_commit = KafkaError(code, fatal=True)
+    _finish(state, 0, 1)
+    committer.commit_async([state])
+    assert committer.fenced and committer.stops == ["stop"]
+    assert events.log == []  # no redo: nothing will be committed here any more
+    assert not committer.commit_sync([state])  # the shutdown's commit: refused, no re-init
+    assert len(FakeProducer.instances) == 1 and first.calls.count(("init",)) == 1
+    fences = families.producer_fenced.labels(*committer._metrics._labels)
+    assert fences._value.get() == 1
+
+
+def test_an_unexpected_exception_inside_the_transaction_recovers_instead_of_escaping(
+    desk: Any,
+) -> None:
+    """Whatever the producer raises (here a TypeError, as confluent-kafka raises for a value it
+    cannot send), the transaction is settled and redone; it never escapes the poll loop with
+    the transaction left open."""
+    committer, state, events, _ = desk
+    first = FakeProducer.instances[-1]
+    first.fail_produce = TypeError("a bytes-like object is required, not 'dict'")
+    _finish(state, 0)
+    committer.commit_async([state])
+    assert ("purge",) in first.calls and events.log == ["lost", "assigned"]
+    assert not committer.fenced
