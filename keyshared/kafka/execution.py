@@ -131,6 +131,12 @@ class RecordExecutor:
         if entry.ordered and entry.key in state.parked:
             self._dead_letter(state, entry, None, "parked", self._finish_parked_tail)
             return None
+        rules = self._output_rules
+        if rules is not None and rules.refused:  # exactly-once, after an output's refusal
+            refusal = rules.take_refusal(state.topic, state.partition, entry.offset)
+            if refusal is not None:  # deterministic: running it again meets the same refusal
+                self._terminal(state, entry, refusal, "output_refused")
+                return None
         msg = entry.payload
         raw_key = msg.key()
         try:

@@ -110,6 +110,7 @@ class Output:
 # overhead (length, attributes, timestamp and offset deltas, key/value/header-count varints)
 # exceed message.max.bytes (rd_kafka_msg_new0). Checked against the library: test_outputs.
 _RECORD_OVERHEAD = 36
+_MAX_PINNED = 10_000
 _PAYLOAD = (str, bytes)
 _REFUSED = {
     KafkaError.UNKNOWN_TOPIC_OR_PART: "the topic does not exist (create it first)",
@@ -193,6 +194,26 @@ class OutputRules:
         self._known: set[str] = set()
         self._until: dict[str, tuple[float, str | None]] = {}  # topic -> (until, refusal)
         self._lock = threading.Lock()
+        # (topic, partition, offset) -> the broker's refusal of one of that record's outputs,
+        # inside a transaction that was aborted: the record is failed, not run, when redone.
+        self.refused: dict[tuple[str, int, int], str] = {}
+
+    def pin(self, source: tuple[str, int, int], error: object) -> bool:
+        """Remember that the broker refused an output of record ``source``; False if it was
+        already pinned. Bounded: a record redone elsewhere never comes to take its entry."""
+        if source in self.refused:
+            return False
+        if len(self.refused) >= _MAX_PINNED:
+            self.refused.pop(next(iter(self.refused)), None)
+        self.refused[source] = str(error)
+        return True
+
+    def take_refusal(self, topic: str, partition: int, offset: int) -> OutputError | None:
+        """The refusal pinned to this record (once), as the error its attempt fails with."""
+        problem = self.refused.pop((topic, partition, offset), None)
+        if problem is None:
+            return None
+        return OutputError(topic, f"the broker refused an output of this record: {problem}")
 
     def check(self, topic: str, key: object, value: object, headers: object) -> None:
         """Raise :class:`~keyshared.errors.OutputError` for a message the producer would refuse."""

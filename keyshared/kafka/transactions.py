@@ -26,6 +26,7 @@ assignment path, and needs no memory of which outputs belonged to the aborted tr
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import time
@@ -62,11 +63,26 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+Source = tuple[str, int, int]  # the record an output belongs to: topic, partition, offset
 Taken = list[tuple[PartitionState, list[tuple[int, list[OutputMessage]]]]]
 _TXN_TIMEOUT = 30.0  # seconds for a transactional call before the outcome counts as unknown
 _METADATA_TIMEOUT = 5.0
 _MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default
+_MAX_PROBES = 100  # suspect records probed after one failed transaction (the rest: next time)
 _FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+# Delivery errors caused by the message or its topic, not by the broker's state: the same
+# output is refused again on every redo. (_INVALID_DIFFERENT_RECORD, a neighbour's fault in the
+# same batch, is not among them.)
+_REFUSED_OUTPUT = frozenset(
+    (
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_MSG,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_EXCEPTION,
+        KafkaError.POLICY_VIOLATION,
+    )
+)
 
 
 def producer_config(
@@ -149,6 +165,7 @@ class TransactionalCommitter(Committer):
         self._reset_to_end = reset_to_end
         self._on_fenced = on_fenced
         self.fenced = False  # another live producer took this transactional.id: never again
+        self._suspects: dict[Source, str] = {}  # records whose output the broker refused
         metrics.producer_fenced(0)
         self.output_rules = OutputRules(
             int(producer_config.get("message.max.bytes", _MESSAGE_MAX_BYTES)),
@@ -215,8 +232,8 @@ class TransactionalCommitter(Committer):
             return True
         try:
             self._producer.begin_transaction()
-            for message in outputs:
-                self._produce(message)
+            for source, message in outputs:
+                self._produce(message, functools.partial(self._delivered, source))
             if offsets:
                 self._producer.send_offsets_to_transaction(
                     offsets, self._consumer.consumer_group_metadata(), _TXN_TIMEOUT
@@ -227,10 +244,13 @@ class TransactionalCommitter(Committer):
             # poll loop with the transaction open, blocking read_committed readers until it
             # times out.
             self._metrics.commit(False)
+            with contextlib.suppress(Exception):
+                self._producer.poll(0)  # serve delivery reports: they pin refused outputs
             if _fenced(exc):
                 self._stop_fenced(exc)
             else:
                 self._recover(exc, states)
+                self._probe(outputs)
             return False
         self._metrics.commit(True)
         self.transactions += 1
@@ -280,10 +300,11 @@ class TransactionalCommitter(Committer):
                 return False
         return True
 
-    def _covered(self, taken: Taken) -> list[OutputMessage]:
+    def _covered(self, taken: Taken) -> list[tuple[Source, OutputMessage]]:
         """The outputs whose records the offsets about to be committed mark finished, in
-        finish order; the rest (metadata overflow) go back to wait for a later commit."""
-        outputs: list[OutputMessage] = []
+        finish order, each with its record; the rest (metadata overflow) go back to wait for
+        a later commit."""
+        outputs: list[tuple[Source, OutputMessage]] = []
         for state, items in taken:
             cursor, metadata = state.commit_sent or (0, "")
             runs = None
@@ -295,16 +316,19 @@ class TransactionalCommitter(Committer):
                     if offset not in runs:
                         kept.append((offset, messages))
                         continue
-                outputs.extend(messages)
+                source = (state.topic, state.partition, offset)
+                outputs.extend((source, message) for message in messages)
             if kept:
                 with self._lock:
                     state.outputs.give_back(kept)
         return outputs
 
-    def _produce(self, message: OutputMessage) -> None:
+    def _produce(self, message: OutputMessage, on_delivery: Callable[..., None] | None) -> None:
         extra: dict[str, Any] = {}
         if message.source_partition is not None:
             extra["partition"] = message.source_partition % self._partition_count(message.topic)
+        elif on_delivery is not None:  # a dead letter is never suspected: the DLQ has its hold
+            extra["on_delivery"] = on_delivery
         if message.headers is not None:
             extra["headers"] = message.headers
         while True:
@@ -313,6 +337,61 @@ class TransactionalCommitter(Committer):
                 return
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let it drain into the broker
+
+    def _delivered(self, source: Source, err: KafkaError | None, msg: Any) -> None:
+        """The broker refused an output for what it is, not for its own state: its record is
+        a suspect. Not yet the culprit: the broker refuses a whole batch for one bad record,
+        so every output of that batch reports the same error."""
+        if err is not None and err.code() in _REFUSED_OUTPUT:
+            self._suspects[source] = str(err)
+
+    def _probe(self, outputs: list[tuple[Source, OutputMessage]]) -> None:
+        """After the failed transaction was aborted: produce each suspect record's outputs
+        alone, in a transaction that is always aborted (read_committed readers never see it),
+        and pin the refusal to the records whose own outputs are refused. The redo then fails
+        those records (their poison path) instead of running them into the same refusal at
+        every commit interval; the other suspects run again as usual."""
+        if not self._suspects or self._producer is None:
+            return
+        suspects, self._suspects = self._suspects, {}
+        by_record: dict[Source, list[OutputMessage]] = {}
+        for source, message in outputs:
+            if source in suspects and message.source_partition is None:
+                by_record.setdefault(source, []).append(message)
+        for source, messages in list(by_record.items())[:_MAX_PROBES]:
+            refusal = self._probe_one(messages)
+            if self._producer is None:
+                return  # the producer became unusable: the next failure probes again
+            if refusal is not None and self.output_rules.pin(source, refusal):
+                log.error("output of %s[%d]@%d refused by the broker (%s): the record takes "
+                          "its poison path when it is redone", *source, refusal)  # fmt: skip
+
+    def _probe_one(self, messages: list[OutputMessage]) -> str | None:
+        refusals: list[str] = []
+
+        def report(err: KafkaError | None, msg: Any) -> None:
+            if err is not None and err.code() in _REFUSED_OUTPUT:
+                refusals.append(str(err))
+
+        try:
+            self._producer.begin_transaction()
+            for message in messages:
+                self._produce(message, report)
+            left = self._producer.flush(_TXN_TIMEOUT)
+            self._producer.abort_transaction(_TXN_TIMEOUT)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            try:
+                if not (isinstance(err, KafkaError) and err.txn_requires_abort()):
+                    raise
+                self._producer.abort_transaction(_TXN_TIMEOUT)
+            except KafkaException:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    self._producer.purge()
+                self._producer = None  # rebuilt (settling what is open) before the next commit
+                return None
+            return refusals[0] if refusals else None
+        return refusals[0] if refusals and not left else None
 
     def _partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)

@@ -31,6 +31,9 @@ class FakeProducer:
         self.calls: list[tuple[Any, ...]] = []
         self.fail_commit: KafkaError | None = None
         self.fail_produce: BaseException | None = None
+        self.pending: list[tuple[Any, Any]] = []
+        self.refuse: set[bytes] = set()  # values the broker refuses (with their whole batch)
+        self.refuse_error = KafkaError(KafkaError.INVALID_RECORD)
         FakeProducer.instances.append(self)
 
     def init_transactions(self, timeout: float) -> None:
@@ -43,11 +46,29 @@ class FakeProducer:
         if self.fail_produce is not None:
             raise self.fail_produce
         self.calls.append(("produce", topic, key, value))
+        if "on_delivery" in extra:
+            self.pending.append((extra["on_delivery"], value))
+
+    def flush(self, timeout: float) -> int:
+        self.poll(0)
+        return 0
+
+    def poll(self, timeout: float) -> int:
+        """Delivery reports: a batch refused as a whole reports the refusal for every message
+        in it (as the broker does); alone, only the bad message is refused."""
+        pending, self.pending = self.pending, []
+        batch_refused = any(value in self.refuse for _, value in pending)
+        for report, _value in pending:
+            report(self.refuse_error if batch_refused else None, _Msg())
+        return len(pending)
 
     def send_offsets_to_transaction(self, offsets: list[TopicPartition], meta: Any, t: float):  # type: ignore[no-untyped-def]
         self.calls.append(("offsets", [(tp.partition, tp.offset) for tp in offsets]))
 
     def commit_transaction(self, timeout: float) -> None:
+        if self.pending and self.refuse:
+            self.flush(timeout)
+            raise KafkaException(KafkaError(KafkaError.INVALID_RECORD, txn_requires_abort=True))
         if self.fail_commit is not None:
             raise KafkaException(self.fail_commit)
         self.calls.append(("commit",))
@@ -57,6 +78,11 @@ class FakeProducer:
 
     def purge(self) -> None:
         self.calls.append(("purge",))
+
+
+class _Msg:
+    def topic(self) -> str:
+        return "out"
 
 
 class FakeConsumer:
@@ -249,3 +275,23 @@ def test_an_unexpected_exception_inside_the_transaction_recovers_instead_of_esca
     committer.commit_async([state])
     assert ("purge",) in first.calls and events.log == ["lost", "assigned"]
     assert not committer.fenced
+
+
+def test_a_refused_output_is_pinned_to_its_own_record_not_to_its_batch(desk: Any) -> None:
+    """The broker refuses a whole batch for one bad record, so every output of the failed
+    transaction reports the refusal. Probing each suspect alone, in a transaction that is
+    always aborted, finds the one record whose own output is refused; only it is pinned (and
+    dead-lettered when redone), the others run again."""
+    committer, state, events, _ = desk
+    producer = FakeProducer.instances[-1]
+    producer.refuse = {b"v1"}
+    _finish(state, 0, 1, 2)
+    committer.commit_async([state])
+    assert ("abort",) in producer.calls and events.log == ["lost", "assigned"]
+    assert set(committer.output_rules.refused) == {("t", 0, 1)}
+    probes = producer.calls[producer.calls.index(("abort",)) + 1 :]
+    assert probes.count(("begin",)) == 3 and probes.count(("abort",)) == 3
+    assert ("commit",) not in probes  # a probe is never committed
+    refusal = committer.output_rules.take_refusal("t", 0, 1)
+    assert refusal is not None and "INVALID_RECORD" in str(refusal)
+    assert committer.output_rules.take_refusal("t", 0, 1) is None  # once
