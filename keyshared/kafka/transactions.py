@@ -21,6 +21,11 @@ had been lost and assigned again (the others kept their outputs for their next c
 the windows are dropped, their states are rebuilt from the committed offsets and metadata,
 and the consumer seeks there. That is exactly what a new owner would do, reuses the
 assignment path, and needs no memory of which outputs belonged to the aborted transaction.
+An output the broker refused for what it is (not for its state) would fail the redo again:
+it is pinned to its record first, which then takes its poison path instead of running.
+
+A fenced producer is the exception: another live process holds the ``transactional.id``, and
+a new producer would fence it back. The member stops instead.
 """
 
 from __future__ import annotations
@@ -380,6 +385,9 @@ class TransactionalCommitter(Committer):
             left = self._producer.flush(_TXN_TIMEOUT)
             self._producer.abort_transaction(_TXN_TIMEOUT)
         except KafkaException as exc:
+            if _fenced(exc):
+                self._stop_fenced(exc)
+                return None
             err = exc.args[0] if exc.args else None
             try:
                 if not (isinstance(err, KafkaError) and err.txn_requires_abort()):
