@@ -24,8 +24,8 @@ assignment path, and needs no memory of which outputs belonged to the aborted tr
 An output the broker refused for what it is (not for its state) would fail the redo again:
 it is pinned to its record first, which then takes its poison path instead of running.
 
-A fenced producer is the exception: another live process holds the ``transactional.id``, and
-a new producer would fence it back. The member stops instead.
+A producer fenced twice within a minute is the exception: another live process holds the
+``transactional.id``, and a new producer would fence it back. The member stops instead.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ _TXN_TIMEOUT = 30.0  # seconds for a transactional call before the outcome count
 _METADATA_TIMEOUT = 5.0
 _MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default
 _MAX_PROBES = 100  # suspect records probed after one failed transaction (the rest: next time)
+_FENCE_WINDOW = 60.0  # seconds: a second fence within it is another live holder of the id
 _FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
 # Delivery errors caused by the message or its topic, not by the broker's state: the same
 # output is refused again on every redo. (_INVALID_DIFFERENT_RECORD, a neighbour's fault in the
@@ -170,6 +171,7 @@ class TransactionalCommitter(Committer):
         self._reset_to_end = reset_to_end
         self._on_fenced = on_fenced
         self.fenced = False  # another live producer took this transactional.id: never again
+        self._fences: list[float] = []  # monotonic times of recent fences
         self._suspects: dict[Source, str] = {}  # records whose output the broker refused
         metrics.producer_fenced(0)
         self.output_rules = OutputRules(
@@ -214,7 +216,13 @@ class TransactionalCommitter(Committer):
     def commit_sync(self, states: Iterable[PartitionState]) -> bool:
         """Revoke or shutdown: one transaction with these partitions' outputs and cursors.
         Other partitions' outputs stay ready for their own next commit (``take`` is per
-        partition), so a cooperative revoke commits only what it hands over."""
+        partition), so a cooperative revoke commits only what it hands over.
+
+        True once fenced for good, although nothing was committed: nothing of this member
+        can be committed any more, and a caller that retries until it succeeds (the
+        shutdown's final commit) would only delay the stop by its drain timeout."""
+        if self.fenced:
+            return True
         return self._transact(list(states), skip_unchanged=False)
 
     # -- the transaction -----------------------------------------------------------------------
@@ -251,9 +259,7 @@ class TransactionalCommitter(Committer):
             self._metrics.commit(False)
             with contextlib.suppress(Exception):
                 self._producer.poll(0)  # serve delivery reports: they pin refused outputs
-            if _fenced(exc):
-                self._stop_fenced(exc)
-            else:
+            if not (_fenced(exc) and self._fenced_twice(exc)):
                 self._recover(exc, states)
                 self._probe(outputs)
             return False
@@ -385,8 +391,7 @@ class TransactionalCommitter(Committer):
             left = self._producer.flush(_TXN_TIMEOUT)
             self._producer.abort_transaction(_TXN_TIMEOUT)
         except KafkaException as exc:
-            if _fenced(exc):
-                self._stop_fenced(exc)
+            if _fenced(exc) and self._fenced_twice(exc):
                 return None
             err = exc.args[0] if exc.args else None
             try:
@@ -410,27 +415,46 @@ class TransactionalCommitter(Committer):
             count = self._partitions[topic] = len(meta.partitions)
         return count
 
-    def _stop_fenced(self, exc: BaseException) -> None:
-        """Another live producer holds this ``transactional.id``: it commits what this member
-        was committing, or will. Re-initialising would fence it back, and the two would take
-        turns failing each other's transactions for as long as both run; so this member stops
-        committing and stops, and says why."""
-        self.fenced = True
+    def _fenced_twice(self, exc: BaseException) -> bool:
+        """The producer was fenced: True if this member stopped for it.
+
+        A fence has two causes: another live process initialised the same
+        ``transactional.id`` (it now commits what this member was committing), or the broker
+        timed out this member's transaction and bumped the epoch itself (seen across a broker
+        restart). The first fence is taken like any unusable producer (a new one, a redo): a
+        lone broker-side fence must not stop a member. A second one within
+        ``_FENCE_WINDOW`` is another holder: re-initialising again would fence it back, and the
+        two would take turns failing each other's transactions for as long as both run. The
+        member then stops committing and stops, and says why."""
         txn_id = self._producer_config.get("transactional.id")
+        self._metrics.producer_fenced()
+        now = time.monotonic()
+        self._fences = [t for t in self._fences if now - t < _FENCE_WINDOW] + [now]
+        if len(self._fences) < 2:
+            log.error(
+                "the transactional producer was fenced (%s): another process initialised "
+                "transactional.id %r, or the broker timed out this member's transaction. A new "
+                "producer takes over; a second fence within %gs stops this member.",
+                exc,
+                txn_id,
+                _FENCE_WINDOW,
+            )
+            return False
+        self.fenced = True
         log.error(
-            "the transactional producer was fenced (%s): another live process uses "
+            "the transactional producer was fenced again (%s): another live process uses "
             "transactional.id %r. This member commits nothing more and stops; its uncommitted "
             "records are redone by their next owner. Give every replica its own "
             "transactional_id (or none: the default is unique per run).",
             exc,
             txn_id,
         )
-        self._metrics.producer_fenced()
         with contextlib.suppress(KafkaException, RuntimeError):
             self._producer.purge()
         self._producer = None
         if self._on_fenced is not None:
             self._on_fenced()
+        return True
 
     def _commit(self) -> None:
         """commit_transaction, repeated while librdkafka calls the error retriable (the

@@ -185,8 +185,9 @@ class consumer:
     )
     producer_fenced = _counter(
         "transactional_producer_fenced",
-        "Exactly-once: the transactional producer was fenced by another live process with its "
-        "transactional.id; the member stopped.",
+        "Exactly-once: fences of the transactional producer (another process initialised its "
+        "transactional.id, or the broker timed out its transaction); a second one within a "
+        "minute stops the member.",
         MEMBER_LABELS,
     )
     worker_queue_depth = _gauge(

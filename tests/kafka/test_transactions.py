@@ -243,23 +243,35 @@ def test_a_redo_interrupted_after_building_a_state_still_seeks_and_resumes(desk:
 
 
 @pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.PRODUCER_FENCED])
-def test_a_fenced_producer_stops_the_member_and_is_never_initialised_again(
+def test_a_producer_fenced_twice_stops_the_member_and_is_never_initialised_again(
     desk: Any, code: int
 ) -> None:
-    """Another live process took the transactional.id. A new producer of the same id would
-    fence it back (and the two would take turns failing each other's transactions); the member
-    instead stops committing, counts it and asks the run to stop."""
+    """A first fence may be the broker's (a transaction it timed out): a new producer and a
+    redo, as for any unusable producer. A second one within the window is another live
+    holder of the id: a new producer would fence it back (and the two would take turns
+    failing each other's transactions), so the member stops committing, counts it and asks
+    the run to stop; its shutdown commit does not wait for a commit that cannot come."""
     committer, state, events, _ = desk
+    fences = families.producer_fenced.labels(*committer._metrics._labels)
     first = FakeProducer.instances[-1]
     first.fail_commit = KafkaError(code, fatal=True)
     _finish(state, 0, 1)
     committer.commit_async([state])
-    assert committer.fenced and committer.stops == ["stop"]
-    assert events.log == []  # no redo: nothing will be committed here any more
-    assert not committer.commit_sync([state])  # the shutdown's commit: refused, no re-init
-    assert len(FakeProducer.instances) == 1 and first.calls.count(("init",)) == 1
-    fences = families.producer_fenced.labels(*committer._metrics._labels)
-    assert fences._value.get() == 1
+    assert not committer.fenced and committer.stops == []
+    assert events.log == ["lost", "assigned"] and fences._value.get() == 1
+    assert committer._ready()  # the new producer, built before the next transaction
+    second = FakeProducer.instances[-1]
+    fresh = events.states[state.tp]
+    fresh.window = InFlightWindow(start_offset=2, max_window=100, per_worker_capacity=100)
+    fresh.window.admit(2, b"k", worker=0, payload=None, now=0.0)
+    fresh.window.complete(2)
+    second.fail_commit = KafkaError(code, fatal=True)
+    committer.commit_async([fresh])
+    assert second is not first and second.calls[0] == ("init",)
+    assert committer.fenced and committer.stops == ["stop"] and fences._value.get() == 2
+    assert events.log == ["lost", "assigned"]  # no second redo: nothing is committed here now
+    assert committer.commit_sync([fresh])  # the shutdown's commit: done waiting, no re-init
+    assert FakeProducer.instances[-1] is second and second.calls.count(("init",)) == 1
 
 
 def test_an_unexpected_exception_inside_the_transaction_recovers_instead_of_escaping(
