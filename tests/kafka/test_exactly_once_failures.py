@@ -81,10 +81,11 @@ def test_a_bad_output_dead_letters_its_record_and_the_member_keeps_committing(
 def test_a_member_fenced_by_another_holder_of_its_transactional_id_stops(
     kafka_bootstrap: str, new_topic, new_group, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Two members given one ``transactional_id``: the second one's start fences the first.
-    A first fence may be the broker's, so the first takes a new producer (fencing the second
-    once); fenced again, it stops (an error naming the id) instead of fencing the second back
-    for as long as both run. The second then owns everything; every output committed once."""
+    """Two members given one ``transactional_id``, under steady input (each commits every
+    interval): the second one's start fences the first. A first fence may be the broker's, so
+    the first takes a new producer (fencing the second once); fenced again, it stops (an error
+    naming the id) instead of fencing the second back for as long as both run. The second
+    then owns everything; every output is committed once."""
     source = new_topic(partitions=4)
     out = new_topic(partitions=2)
     group = new_group("eos-fenced")
@@ -106,35 +107,46 @@ def test_a_member_fenced_by_another_holder_of_its_transactional_id_stops(
             commit_interval=0.2,
         )  # fmt: skip
 
+    steady: list[tuple[bytes | None, int]] = []
+    flowing = threading.Event()
+
+    def feed() -> None:  # a few records every 0.1 s: both members commit every interval
+        seq = 10
+        while not flowing.wait(0.1):
+            seq += 1
+            batch = [(k, seq) for k in keys]
+            produce(kafka_bootstrap, source, batch)
+            steady.extend(batch)
+
     a, b = member(), member()
     thread_a = threading.Thread(target=a.run, daemon=True)
     thread_b = threading.Thread(target=b.run, daemon=True)
+    feeder = threading.Thread(target=feed, daemon=True)
     caplog.set_level(logging.ERROR, logger="keyshared.kafka.transactions")
     thread_a.start()
     try:
         _committed_to_end(kafka_bootstrap, group, source, 60)
+        feeder.start()
         thread_b.start()  # its init_transactions fences a's producer
         assert b.wait_started(30)
-        # More input: a commits again (or hands partitions over) and meets the fence.
-        second_batch = [(k, s + 10) for k, s in sequenced(keys, 10, seed=8)]
-        produce(kafka_bootstrap, source, second_batch)
         thread_a.join(60)
         assert not thread_a.is_alive(), "the fenced member kept running"
-        fenced = [r for r in caplog.records if "fenced again" in r.getMessage()]
-        assert fenced and f"{group}-shared" in fenced[0].getMessage()
+        flowing.set()
+        feeder.join(30)
+        again = [r.getMessage() for r in caplog.records if "fenced again" in r.getMessage()]
+        assert len(again) == 1 and f"{group}-shared" in again[0], again  # a's, not b's
         _committed_to_end(kafka_bootstrap, group, source, 60)
         assert thread_b.is_alive()
     finally:
+        flowing.set()
         a.stop()
         b.stop()
         thread_a.join(30)
         thread_b.join(30)
-    again = [r for r in caplog.records if "fenced again" in r.getMessage()]
-    assert len(again) == 1, [r.getMessage() for r in again]  # a stopped, b did not
     expected: dict[bytes | None, list[int]] = defaultdict(list)
-    for k, s in first_batch + second_batch:
+    for k, s in first_batch + steady:
         expected[k].append(s)
-    total = len(first_batch) + len(second_batch)
+    total = len(first_batch) + len(steady)
     assert_exactly_once(read_committed(kafka_bootstrap, out, total), expected)
 
 
