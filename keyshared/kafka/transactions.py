@@ -131,7 +131,7 @@ def check_producer_config(kafka_config: dict[str, Any], options: ConsumerOptions
     kafka_config["isolation.level"] = "read_committed"
     timeout_ms = round(options.transaction_timeout * 1000)
     socket_ms = kafka_config.get("socket.timeout.ms")
-    if socket_ms is not None and int(socket_ms) > timeout_ms + 100:
+    if str(socket_ms).isdigit() and int(str(socket_ms)) > timeout_ms + 100:
         raise ConfigurationError(
             "socket.timeout.ms",
             f"{socket_ms} ms exceeds transaction_timeout ({timeout_ms} ms) + 100 ms, which "
@@ -142,7 +142,8 @@ def check_producer_config(kafka_config: dict[str, Any], options: ConsumerOptions
     try:
         Producer(config)  # librdkafka checks its properties here, without any request
     except (KafkaException, ValueError, TypeError) as exc:
-        message = str(exc.args[0] if exc.args else exc)
+        err = exc.args[0] if exc.args else exc
+        message = err.str() if isinstance(err, KafkaError) else str(err)
         quoted = re.search(r'"([^"]+)"', message)
         raise ConfigurationError(
             quoted.group(1) if quoted else "config",

@@ -47,6 +47,11 @@ def test_a_socket_timeout_the_transactional_producer_refuses_fails_at_constructi
     _consumer(config)  # no transactional producer: nothing to refuse
 
 
+def test_a_property_the_transactional_producer_refuses_is_named() -> None:
+    with pytest.raises(ConfigurationError, match=r"invalid option 'socket\.timeout\.ms'"):
+        _consumer({"socket.timeout.ms": "soon"}, exactly_once=True)
+
+
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf")])
 def test_transaction_timeout_must_be_a_positive_finite_number(bad: float) -> None:
     with pytest.raises(ConfigurationError, match="transaction_timeout"):
