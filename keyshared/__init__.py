@@ -9,7 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from keyshared.core.poison import DeserializationError, DoNotRetry, PoisonPolicy, RetryPolicy
-from keyshared.errors import BatchError, ConfigurationError, KeySharedError, UnreachableError
+from keyshared.errors import (
+    BatchError,
+    ConfigurationError,
+    KeySharedError,
+    OutputError,
+    UnreachableError,
+)
 from keyshared.record import Record
 from keyshared.settings import ConsumerOptions
 
@@ -24,6 +30,7 @@ __all__ = [
     "DoNotRetry",
     "KeySharedConsumer",
     "KeySharedError",
+    "OutputError",
     "PoisonPolicy",
     "Record",
     "RetryPolicy",

@@ -8,6 +8,7 @@ __all__ = [
     "BatchError",
     "ConfigurationError",
     "KeySharedError",
+    "OutputError",
     "UnreachableError",
 ]
 
@@ -22,6 +23,16 @@ class ConfigurationError(KeySharedError, ValueError):
     def __init__(self, option: str, problem: str) -> None:
         super().__init__(f"invalid option {option!r}: {problem}")
         self.option = option
+
+
+class OutputError(KeySharedError, ValueError):
+    """``record.output.produce`` refused a message the transactional producer would refuse
+    (type, size, topic), or the record's attempt already ended. Raised inside the handler, so
+    the record's attempt fails and takes the retry and poison path."""
+
+    def __init__(self, topic: object, problem: str) -> None:
+        super().__init__(f"output to topic {topic!r} refused: {problem}")
+        self.topic = topic
 
 
 class UnreachableError(KeySharedError, ConnectionError):

@@ -26,7 +26,9 @@ class Record:
     ``output`` is set by an exactly-once consumer (``exactly_once=True``): messages given to
     ``record.output.produce(...)`` are staged with this record and committed in one Kafka
     transaction with the offsets that mark it finished; a failed attempt's messages are
-    discarded. None otherwise.
+    discarded. ``produce`` raises :class:`keyshared.OutputError` for a message the producer
+    would refuse (so the attempt fails where retry and the poison policy apply), and once the
+    attempt ended (the handler returned, or the record was acked). None otherwise.
     Not frozen: a frozen dataclass costs several microseconds per record to build, and a
     handler that edits its copy changes nothing in keyshared.
     """

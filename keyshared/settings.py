@@ -8,6 +8,7 @@ construction that names the property, never a silent override.
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,11 @@ from keyshared.core.poison import PoisonPolicy, RetryPolicy, validate_policy_for
 from keyshared.core.redaction import Redactor
 from keyshared.errors import ConfigurationError
 
-__all__ = ["MODES", "ConsumerOptions", "build_kafka_config"]
+__all__ = ["CLIENT_LOGGER", "MODES", "ConsumerOptions", "build_kafka_config"]
+
+# Where librdkafka's own log lines go (connection failures, config warnings) unless the config
+# names a ``logger``: one name, so an application can raise or lower their level at once.
+CLIENT_LOGGER = logging.getLogger("keyshared.librdkafka")
 
 # bytes -> object, or a confluent_kafka.serialization.Deserializer (called with its context)
 Deserializer = Callable[..., Any]
@@ -83,9 +88,16 @@ class ConsumerOptions:
         letters) in one Kafka transaction per commit interval with the offsets that mark their
         records finished (read_committed readers see each once). Not in ``key_shared`` mode:
         its cursors live in ZooKeeper, which cannot join a Kafka transaction.
-    :param transactional_id: the member's ``transactional.id`` (implies ``exactly_once``);
-        default ``keyshared-{group}-{client.id}``. Stable per member: a restart then aborts its
-        predecessor's open transaction at once.
+    :param transactional_id: the member's ``transactional.id`` (implies ``exactly_once``).
+        Default: ``keyshared-{group}-{member}-{random}``, new for every run, so replicas that
+        share a ``client.id`` never share an id (two live holders of one id fence each other).
+        Give one stable id per replica (a pod name), never one for all: a restart then aborts
+        its predecessor's open transaction at once instead of after ``transaction_timeout``.
+    :param transaction_timeout: seconds (the producer's ``transaction.timeout.ms``) after
+        which the broker aborts an open transaction of a member that died: until then it
+        blocks ``read_committed`` readers of its output partitions and the next owner's
+        committed-offset read. It also bounds how long one commit may take to produce its
+        outputs. Must not exceed the broker's ``transaction.max.timeout.ms`` (15 min).
     """
 
     workers: int = 16
@@ -114,6 +126,7 @@ class ConsumerOptions:
     batch_linger: float = 0.0
     exactly_once: bool = False
     transactional_id: str | None = None
+    transaction_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         positive_ints = ("workers", "max_window", "per_worker_capacity")
@@ -127,6 +140,7 @@ class ConsumerOptions:
             "startup_timeout",
             "ack_timeout",
             "stuck_after",
+            "transaction_timeout",
         ):
             value = getattr(self, name)
             # NaN compares false with everything: it would pass "> 0" and then, as a deadline,
@@ -292,4 +306,8 @@ def build_kafka_config(user: Mapping[str, Any]) -> dict[str, Any]:
     else:
         config.setdefault("partition.assignment.strategy", "cooperative-sticky")
     config.setdefault("auto.offset.reset", "earliest")
+    # Every client built from this config (the consumer, and through client_properties the
+    # DLQ, key-state and transactional producers) logs through Python logging, never as raw
+    # "%4|...|" lines on stderr that a log pipeline cannot parse or filter.
+    config.setdefault("logger", CLIENT_LOGGER)
     return config

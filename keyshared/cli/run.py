@@ -213,9 +213,16 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--transactional-id",
     default=None,
-    help="With --exactly-once: this member's transactional.id (stable per member, e.g. the pod "
-    "name, so a restart aborts its predecessor's open transaction at once) [default: derived "
-    "from the group and client id].",
+    help="With --exactly-once: this member's transactional.id, one per replica (e.g. the pod "
+    "name, so a restart aborts its predecessor's open transaction at once; never one for all "
+    "replicas: they would fence each other) [default: unique per run].",
+)
+@click.option(
+    "--transaction-timeout",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=_DEFAULTS.transaction_timeout,
+    help="With --exactly-once: seconds (transaction.timeout.ms) before the broker aborts the "
+    "open transaction of a member that died; at most the broker's transaction.max.timeout.ms.",
 )
 @client_properties_option(
     metavar="KEY=VALUE",
@@ -253,6 +260,7 @@ def run(
     batch_linger: float,
     exactly_once: bool,
     transactional_id: str | None,
+    transaction_timeout: float,
     properties: tuple[str, ...],
     log_level: str,
 ) -> None:
@@ -346,6 +354,7 @@ def run(
             batch_linger=batch_linger,
             exactly_once=exactly_once or transactional_id is not None,
             transactional_id=transactional_id,
+            transaction_timeout=transaction_timeout,
         )
     except KeySharedError as exc:
         raise click.UsageError(str(exc)) from None

@@ -124,6 +124,9 @@ def assemble(
     parts.dispatcher = dispatcher = Dispatcher(
         options, runner.count, runner.submit, on_draining=runner.on_draining
     )
+    txn = transactional_store(consumer, config, options, metrics, dispatcher, request_stop)
+    if txn is not None:
+        stack.callback(txn.close)
     executor = RecordExecutor(
         options,
         None if options.batch_size else cast(Callable[[Record], Any], handler),
@@ -133,13 +136,11 @@ def assemble(
         keystate,
         tracer,
         group,
+        output_rules=txn.output_rules if txn is not None else None,
     )
     runner.bind(executor)
     inbox = PollInbox()
     plug = Plug()
-    txn = transactional_store(consumer, config, options, metrics, dispatcher)
-    if txn is not None:
-        stack.callback(txn.close)
     if coordinator is not None:
         context = PlugContext(
             group, member, topics, options, dispatcher, inbox, metrics,

@@ -31,6 +31,7 @@ from keyshared.consumer.assembly import RunParts, assemble
 from keyshared.core.redaction import shown_key
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
+from keyshared.kafka.transactions import check_producer_config
 from keyshared.modes.recipes import Recipes
 from keyshared.record import Record
 from keyshared.runtime.batches import BatchHandler
@@ -90,6 +91,7 @@ class KeySharedConsumer:
         self._coordinator = coordinator
         self._config = build_kafka_config(config)
         check_drain_timeout(options, self._config)
+        check_producer_config(self._config, options)
         self.topics = topic_list(topics)
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)  # noqa: B004

@@ -23,13 +23,21 @@ had been lost and assigned again (the others kept their outputs for their next c
 the windows are dropped, their states are rebuilt from the committed offsets and metadata,
 and the consumer seeks there. That is exactly what a new owner would do, reuses the
 assignment path, and needs no memory of which outputs belonged to the aborted transaction.
+An output the broker refused for what it is (not for its state) would fail the redo again:
+it is pinned to its record first, which then takes its poison path instead of running.
+
+A producer fenced twice within a minute is the exception: another live process holds the
+``transactional.id``, and a new producer would fence it back. The member stops instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import re
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -44,26 +52,53 @@ from confluent_kafka import (
 
 from keyshared.core.offsets import Encoded, decode_finished, encode_monotone
 from keyshared.core.runs import OffsetRuns
+from keyshared.errors import ConfigurationError
 from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import KafkaConsumer
+from keyshared.kafka.output_rules import OutputRules
 from keyshared.kafka.seams import MembershipEvents
 from keyshared.runtime.control import DispatchControl
 from keyshared.runtime.outputs import OutputMessage
 from keyshared.runtime.partition import PartitionState
 from keyshared.settings import ConsumerOptions
 
-__all__ = ["TransactionalCommitter", "producer_config", "transactional_store"]
+__all__ = [
+    "TransactionalCommitter",
+    "check_producer_config",
+    "producer_config",
+    "transactional_store",
+]
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+Source = tuple[str, int, int]  # the record an output belongs to: topic, partition, offset
 Taken = list[tuple[PartitionState, list[tuple[int, list[OutputMessage]]]]]
 _TXN_TIMEOUT = 30.0  # seconds for a transactional call before the outcome counts as unknown
 _METADATA_TIMEOUT = 5.0
+_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default
+_MAX_PROBES = 100  # suspect records probed after one failed transaction (the rest: next time)
+_FENCE_WINDOW = 60.0  # seconds: a second fence within it is another live holder of the id
+_FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+# Delivery errors caused by the message or its topic, not by the broker's state: the same
+# output is refused again on every redo. (_INVALID_DIFFERENT_RECORD, a neighbour's fault in the
+# same batch, is not among them.)
+_REFUSED_OUTPUT = frozenset(
+    (
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_MSG,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_EXCEPTION,
+        KafkaError.POLICY_VIOLATION,
+    )
+)
 
 
-def producer_config(kafka_config: dict[str, Any], transactional_id: str) -> dict[str, Any]:
+def producer_config(
+    kafka_config: dict[str, Any], transactional_id: str, transaction_timeout: float = 10.0
+) -> dict[str, Any]:
     """The transactional producer beside a consumer: the consumer's connection and identity."""
     return {
         **client_properties(kafka_config),
@@ -72,10 +107,53 @@ def producer_config(kafka_config: dict[str, Any], transactional_id: str) -> dict
         "acks": "all",
         "linger.ms": 5,
         # An open transaction of a killed member blocks read_committed readers (and the next
-        # owner's committed-offset read) until it times out; keep that short.
-        "transaction.timeout.ms": 10_000,
+        # owner's committed-offset read) until it times out; keep that short (10 s default).
+        "transaction.timeout.ms": round(transaction_timeout * 1000),
         **KEYED_PRODUCER,
     }
+
+
+def check_producer_config(kafka_config: dict[str, Any], options: ConsumerOptions) -> None:
+    """Refuse at construction what librdkafka would refuse only when ``run()`` builds the
+    transactional producer, naming the property; and own ``isolation.level``.
+
+    The producer inherits the consumer's ``socket.*`` properties, and librdkafka refuses a
+    transactional producer whose ``socket.timeout.ms`` exceeds ``transaction.timeout.ms`` +
+    100. The consumer must read committed: a ``read_uncommitted`` one would process records of
+    aborted upstream transactions and read committed offsets without waiting for a pending
+    transactional commit (KIP-447), which the redo after a failed transaction relies on.
+    """
+    if not options.exactly_once:
+        return
+    level = str(kafka_config.get("isolation.level", "read_committed")).lower()
+    if level != "read_committed":
+        raise ConfigurationError(
+            "isolation.level",
+            f"exactly_once needs read_committed (keyshared sets it), got {level!r}: a "
+            "read_uncommitted consumer would process aborted input and could redo records "
+            "whose outputs a pending transaction commits",
+        )
+    kafka_config["isolation.level"] = "read_committed"
+    timeout_ms = round(options.transaction_timeout * 1000)
+    socket_ms = kafka_config.get("socket.timeout.ms")
+    if str(socket_ms).isdigit() and int(str(socket_ms)) > timeout_ms + 100:
+        raise ConfigurationError(
+            "socket.timeout.ms",
+            f"{socket_ms} ms exceeds transaction_timeout ({timeout_ms} ms) + 100 ms, which "
+            "librdkafka refuses for the transactional producer (it inherits socket.*); lower "
+            "it or raise transaction_timeout",
+        )
+    config = producer_config(kafka_config, "keyshared-config-check", options.transaction_timeout)
+    try:
+        Producer(config)  # librdkafka checks its properties here, without any request
+    except (KafkaException, ValueError, TypeError) as exc:
+        err = exc.args[0] if exc.args else exc
+        message = err.str() if isinstance(err, KafkaError) else str(err)
+        quoted = re.search(r'"([^"]+)"', message)
+        raise ConfigurationError(
+            quoted.group(1) if quoted else "config",
+            f"the exactly-once transactional producer refuses it: {message}",
+        ) from None
 
 
 class TransactionalCommitter(Committer):
@@ -92,10 +170,20 @@ class TransactionalCommitter(Committer):
         dispatcher: DispatchControl,
         producer_config: dict[str, Any],
         reset_to_end: bool = False,
+        on_fenced: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(consumer, metrics, dispatcher, self._lookup_state)
         self._producer_config = producer_config
         self._reset_to_end = reset_to_end
+        self._on_fenced = on_fenced
+        self.fenced = False  # another live producer took this transactional.id: never again
+        self._fences: list[float] = []  # monotonic times of recent fences
+        self._suspects: dict[Source, str] = {}  # records whose output the broker refused
+        metrics.producer_fenced(0)
+        self.output_rules = OutputRules(
+            int(producer_config.get("message.max.bytes", _MESSAGE_MAX_BYTES)),
+            lambda topic: consumer.list_topics(topic, timeout=_METADATA_TIMEOUT).topics.get(topic),
+        )
         self._events: MembershipEvents | None = None
         self._partitions: dict[str, int] = {}  # DLQ topic -> partition count
         self._producer: Any = self._new_producer()  # None after a failure, until rebuilt
@@ -142,7 +230,13 @@ class TransactionalCommitter(Committer):
     def commit_sync(self, states: Iterable[PartitionState]) -> bool:
         """Revoke or shutdown: one transaction with these partitions' outputs and cursors.
         Other partitions' outputs stay ready for their own next commit (``take`` is per
-        partition), so a cooperative revoke commits only what it hands over."""
+        partition), so a cooperative revoke commits only what it hands over.
+
+        True once fenced for good, although nothing was committed: nothing of this member
+        can be committed any more, and a caller that retries until it succeeds (the
+        shutdown's final commit) would only delay the stop by its drain timeout."""
+        if self.fenced:
+            return True
         return self._transact(list(states), skip_unchanged=False)
 
     # -- the transaction -----------------------------------------------------------------------
@@ -159,16 +253,23 @@ class TransactionalCommitter(Committer):
             return True
         try:
             self._producer.begin_transaction()
-            for message in outputs:
-                self._produce(message)
+            for source, message in outputs:
+                self._produce(message, functools.partial(self._delivered, source))
             if offsets:
                 self._producer.send_offsets_to_transaction(
                     offsets, self._consumer.consumer_group_metadata(), _TXN_TIMEOUT
                 )
             self._commit()
-        except (KafkaException, LookupError) as exc:
+        except Exception as exc:
+            # Every failure, not only the client's: an exception left out here would end the
+            # poll loop with the transaction open, blocking read_committed readers until it
+            # times out.
             self._metrics.commit(False)
-            self._recover(exc, states)
+            with contextlib.suppress(Exception):
+                self._producer.poll(0)  # serve delivery reports: they pin refused outputs
+            if not (_fenced(exc) and self._fenced_twice(exc)):
+                self._recover(exc, states)
+                self._probe(outputs)
             return False
         self._metrics.commit(True)
         self.transactions += 1
@@ -180,7 +281,10 @@ class TransactionalCommitter(Committer):
         return True
 
     def _ready(self) -> bool:
-        """A usable producer and no redo half done; False (retried next time) otherwise."""
+        """A usable producer and no redo half done; False (retried next time) otherwise.
+        Never after a fence: a new producer would fence the other holder back."""
+        if self.fenced:
+            return False
         if self._producer is None:
             try:
                 self._producer = self._new_producer()
@@ -214,10 +318,11 @@ class TransactionalCommitter(Committer):
                 return False
         return True
 
-    def _covered(self, taken: Taken) -> list[OutputMessage]:
+    def _covered(self, taken: Taken) -> list[tuple[Source, OutputMessage]]:
         """The outputs whose records the offsets about to be committed mark finished, in
-        finish order; the rest (metadata overflow) go back to wait for a later commit."""
-        outputs: list[OutputMessage] = []
+        finish order, each with its record; the rest (metadata overflow) go back to wait for
+        a later commit."""
+        outputs: list[tuple[Source, OutputMessage]] = []
         for state, items in taken:
             cursor, metadata = state.commit_sent or (0, "")
             runs = None
@@ -229,15 +334,18 @@ class TransactionalCommitter(Committer):
                     if offset not in runs:
                         kept.append((offset, messages))
                         continue
-                outputs.extend(messages)
+                source = (state.topic, state.partition, offset)
+                outputs.extend((source, message) for message in messages)
             if kept:
                 self._dispatcher.return_outputs([(state, kept)])
         return outputs
 
-    def _produce(self, message: OutputMessage) -> None:
+    def _produce(self, message: OutputMessage, on_delivery: Callable[..., None] | None) -> None:
         extra: dict[str, Any] = {}
         if message.source_partition is not None:
             extra["partition"] = message.source_partition % self._partition_count(message.topic)
+        elif on_delivery is not None:  # a dead letter is never suspected: the DLQ has its hold
+            extra["on_delivery"] = on_delivery
         if message.headers is not None:
             extra["headers"] = message.headers
         while True:
@@ -247,6 +355,63 @@ class TransactionalCommitter(Committer):
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let it drain into the broker
 
+    def _delivered(self, source: Source, err: KafkaError | None, msg: Any) -> None:
+        """The broker refused an output for what it is, not for its own state: its record is
+        a suspect. Not yet the culprit: the broker refuses a whole batch for one bad record,
+        so every output of that batch reports the same error."""
+        if err is not None and err.code() in _REFUSED_OUTPUT:
+            self._suspects[source] = str(err)
+
+    def _probe(self, outputs: list[tuple[Source, OutputMessage]]) -> None:
+        """After the failed transaction was aborted: produce each suspect record's outputs
+        alone, in a transaction that is always aborted (read_committed readers never see it),
+        and pin the refusal to the records whose own outputs are refused. The redo then fails
+        those records (their poison path) instead of running them into the same refusal at
+        every commit interval; the other suspects run again as usual."""
+        if not self._suspects or self._producer is None:
+            return
+        suspects, self._suspects = self._suspects, {}
+        by_record: dict[Source, list[OutputMessage]] = {}
+        for source, message in outputs:
+            if source in suspects and message.source_partition is None:
+                by_record.setdefault(source, []).append(message)
+        for source, messages in list(by_record.items())[:_MAX_PROBES]:
+            refusal = self._probe_one(messages)
+            if self._producer is None:
+                return  # the producer became unusable: the next failure probes again
+            if refusal is not None and self.output_rules.pin(source, refusal):
+                log.error("output of %s[%d]@%d refused by the broker (%s): the record takes "
+                          "its poison path when it is redone", *source, refusal)  # fmt: skip
+
+    def _probe_one(self, messages: list[OutputMessage]) -> str | None:
+        refusals: list[str] = []
+
+        def report(err: KafkaError | None, msg: Any) -> None:
+            if err is not None and err.code() in _REFUSED_OUTPUT:
+                refusals.append(str(err))
+
+        try:
+            self._producer.begin_transaction()
+            for message in messages:
+                self._produce(message, report)
+            left = self._producer.flush(_TXN_TIMEOUT)
+            self._producer.abort_transaction(_TXN_TIMEOUT)
+        except KafkaException as exc:
+            if _fenced(exc) and self._fenced_twice(exc):
+                return None
+            err = exc.args[0] if exc.args else None
+            try:
+                if not (isinstance(err, KafkaError) and err.txn_requires_abort()):
+                    raise
+                self._producer.abort_transaction(_TXN_TIMEOUT)
+            except KafkaException:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    self._producer.purge()
+                self._producer = None  # rebuilt (settling what is open) before the next commit
+                return None
+            return refusals[0] if refusals else None
+        return refusals[0] if refusals and not left else None
+
     def _partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)
         if count is None:
@@ -255,6 +420,47 @@ class TransactionalCommitter(Committer):
                 raise LookupError(f"DLQ topic {topic!r} is unavailable; create it")
             count = self._partitions[topic] = len(meta.partitions)
         return count
+
+    def _fenced_twice(self, exc: BaseException) -> bool:
+        """The producer was fenced: True if this member stopped for it.
+
+        A fence has two causes: another live process initialised the same
+        ``transactional.id`` (it now commits what this member was committing), or the broker
+        timed out this member's transaction and bumped the epoch itself (seen across a broker
+        restart). The first fence is taken like any unusable producer (a new one, a redo): a
+        lone broker-side fence must not stop a member. A second one within
+        ``_FENCE_WINDOW`` is another holder: re-initialising again would fence it back, and the
+        two would take turns failing each other's transactions for as long as both run. The
+        member then stops committing and stops, and says why."""
+        txn_id = self._producer_config.get("transactional.id")
+        self._metrics.producer_fenced()
+        now = time.monotonic()
+        self._fences = [t for t in self._fences if now - t < _FENCE_WINDOW] + [now]
+        if len(self._fences) < 2:
+            log.error(
+                "the transactional producer was fenced (%s): another process initialised "
+                "transactional.id %r, or the broker timed out this member's transaction. A new "
+                "producer takes over; a second fence within %gs stops this member.",
+                exc,
+                txn_id,
+                _FENCE_WINDOW,
+            )
+            return False
+        self.fenced = True
+        log.error(
+            "the transactional producer was fenced again (%s): another live process uses "
+            "transactional.id %r. This member commits nothing more and stops; its uncommitted "
+            "records are redone by their next owner. Give every replica its own "
+            "transactional_id (or none: the default is unique per run).",
+            exc,
+            txn_id,
+        )
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self._producer.purge()
+        self._producer = None
+        if self._on_fenced is not None:
+            self._on_fenced()
+        return True
 
     def _commit(self) -> None:
         """commit_transaction, repeated while librdkafka calls the error retriable (the
@@ -375,30 +581,49 @@ class TransactionalCommitter(Committer):
         return True
 
 
+def _fenced(exc: BaseException) -> bool:
+    """Another producer with this transactional.id was initialised after ours (librdkafka
+    reports the fence as a fatal error; a broker-side transaction timeout is not one)."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if not isinstance(err, KafkaError):
+        return False
+    return err.code() in _FENCED_CODES or (
+        err.code() == KafkaError.INVALID_PRODUCER_EPOCH and err.fatal()
+    )
+
+
+def default_transactional_id(group: str, member: str) -> str:
+    """Unique per run: replicas sharing a ``client.id`` (usual for quotas) never share an id,
+    so they cannot fence each other. KIP-447 needs no stable id (the group generation fences
+    zombies); a stable one only lets a restart abort its predecessor's open transaction at
+    once, which is what an explicit per-replica ``transactional_id`` is for."""
+    return f"keyshared-{group}-{member}-{uuid.uuid4().hex[:12]}"
+
+
 def transactional_store(
     consumer: KafkaConsumer,
     kafka_config: dict[str, Any],
     options: ConsumerOptions,
     metrics: Any,
     dispatcher: DispatchControl,
+    on_fenced: Callable[[], None] | None = None,
 ) -> TransactionalCommitter | None:
     """The exactly-once cursor store, or None for an at-least-once consumer.
 
-    Without a ``transactional_id`` one is derived from the group and the member's client id:
-    unique per member, which KIP-447 allows (the group generation fences zombies). A stable id
-    per member (a pod name) is better: a restarted member then aborts its predecessor's open
-    transaction at once instead of after ``transaction.timeout.ms``.
+    :param on_fenced: called once the producer is fenced (another live process took its
+        ``transactional.id``): the run should stop.
     """
     if not options.exactly_once:
         return None
-    txn_id = options.transactional_id or (
-        f"keyshared-{kafka_config['group.id']}-{kafka_config.get('client.id', '')}"
+    txn_id = options.transactional_id or default_transactional_id(
+        str(kafka_config["group.id"]), str(kafka_config.get("client.id", ""))
     )
     reset = str(kafka_config.get("auto.offset.reset", "latest")).lower()
     return TransactionalCommitter(
         consumer,
         metrics,
         dispatcher,
-        producer_config(kafka_config, txn_id),
+        producer_config(kafka_config, txn_id, options.transaction_timeout),
         reset_to_end=reset in ("latest", "largest", "end"),
+        on_fenced=on_fenced,
     )

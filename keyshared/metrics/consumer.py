@@ -235,6 +235,11 @@ class ConsumerMetrics:
         self._touch_dlq(dlq_topic)
         consumer.dlq_write_failures.labels(*self._labels, dlq_topic).inc()
 
+    def producer_fenced(self, count: int = 1) -> None:
+        """Count a fence of the exactly-once producer (another process took its id); 0
+        creates the series at zero, so an alert on it reads 0 rather than "no data"."""
+        consumer.producer_fenced.labels(*self._labels).inc(count)
+
     def worker_queue_depth(self, worker: int, depth: int) -> None:
         """Set how many records wait in one worker's queue."""
         gauge = self._workers.get(worker)

@@ -183,6 +183,13 @@ class consumer:
         "DLQ writes the broker did not acknowledge (the source offset stays unfinished).",
         (*MEMBER_LABELS, "dlq_topic"),
     )
+    producer_fenced = _counter(
+        "transactional_producer_fenced",
+        "Exactly-once: fences of the transactional producer (another process initialised its "
+        "transactional.id, or the broker timed out its transaction); a second one within a "
+        "minute stops the member.",
+        MEMBER_LABELS,
+    )
     worker_queue_depth = _gauge(
         "worker_queue_depth",
         "Records dispatched to a worker and not yet started.",
@@ -285,6 +292,7 @@ CONSUMER_FAMILIES = (
     consumer.drain_timeouts,
     consumer.dlq_writes,
     consumer.dlq_write_failures,
+    consumer.producer_fenced,
     consumer.worker_queue_depth,
     consumer.paused_partitions,
     consumer.workers,

@@ -110,8 +110,11 @@ class BatchExecutor:
         ]
         for index, (state, entry) in enumerate(ready):  # exactly-once: outputs of successes
             output = records[index].output
-            if output is not None and output.messages and index not in failures:
-                state.outputs.stage(entry.offset, output.messages)
+            if output is not None:
+                if index in failures:
+                    output.seal()
+                else:
+                    state.outputs.stage_attempt(entry.offset, output)
         if successes:
             succeed(successes)
         failed = self._executor.failed

@@ -21,7 +21,7 @@ from keyshared.core.window import Entry
 from keyshared.kafka.deserializers import decoder
 from keyshared.kafka.dlq_headers import provenance_headers
 from keyshared.record import Record
-from keyshared.runtime.outputs import Output, OutputMessage
+from keyshared.runtime.outputs import Output, OutputCheck, OutputMessage
 from keyshared.runtime.partition import PartitionState, Phase
 from keyshared.runtime.settlement import LoopSettlement, SettlementBuffer, account
 from keyshared.settings import ConsumerOptions
@@ -57,6 +57,7 @@ class RecordExecutor:
         keystate: KeyStateStore | None,
         tracer: HandlerTracer | None = None,
         group: str = "",
+        output_rules: OutputCheck | None = None,
     ) -> None:
         self._options = options
         self._tracer = tracer  # told each failed attempt's fate; the handler is wrapped already
@@ -69,6 +70,7 @@ class RecordExecutor:
         self._keystate = keystate
         self._rng = random.Random()
         self._exactly_once = options.exactly_once
+        self._output_rules = output_rules
         self._group = group
         self.settlements = SettlementBuffer(dispatcher.finish_many)
         self.loop_settlements = LoopSettlement(dispatcher.finish_many)
@@ -87,10 +89,12 @@ class RecordExecutor:
         try:
             self._handler(record)
         except BaseException as exc:
+            if record.output is not None:
+                record.output.seal()
             self.failed(state, entry, exc)
             return
-        if record.output is not None and record.output.messages:
-            state.outputs.stage(entry.offset, record.output.messages)
+        if record.output is not None:
+            state.outputs.stage_attempt(entry.offset, record.output)
         self.settlements.add(state, entry, time.perf_counter() - started)
 
     async def run_async(self, work: Work) -> None:
@@ -104,10 +108,12 @@ class RecordExecutor:
         try:
             await self._handler(record)
         except BaseException as exc:
+            if record.output is not None:
+                record.output.seal()
             self.failed(state, entry, exc)
             return
-        if record.output is not None and record.output.messages:
-            state.outputs.stage(entry.offset, record.output.messages)
+        if record.output is not None:
+            state.outputs.stage_attempt(entry.offset, record.output)
         self.loop_settlements.add(state, entry, time.perf_counter() - started)
 
     # -- steps ---------------------------------------------------------------------------------
@@ -125,6 +131,12 @@ class RecordExecutor:
         if entry.ordered and entry.key in state.parked:
             self._dead_letter(state, entry, None, "parked", self._finish_parked_tail)
             return None
+        rules = self._output_rules
+        if rules is not None and rules.refused:  # exactly-once, after an output's refusal
+            refusal = rules.take_refusal(state.topic, state.partition, entry.offset)
+            if refusal is not None:  # deterministic: running it again meets the same refusal
+                self._terminal(state, entry, refusal, "output_refused")
+                return None
         msg = entry.payload
         raw_key = msg.key()
         try:
@@ -159,7 +171,7 @@ class RecordExecutor:
             entry.attempt,
             raw_key,
             None if state.fencing is None else state.fencing(raw_key, entry.offset),
-            Output() if self._exactly_once else None,
+            Output(self._output_rules) if self._exactly_once else None,
         )
 
     def succeeded(self, state: PartitionState, entry: Entry[Any], elapsed: float) -> None:

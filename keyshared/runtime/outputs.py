@@ -16,13 +16,24 @@ one owner, so a message is committed exactly when its record is:
 Records of one key finish in order, so a key's messages enter ``ready`` in its order.
 Dead letters take the same path (``RecordExecutor`` stages them): in exactly-once mode a
 dead letter is one more output of its record.
+
+What the producer would refuse (a value it cannot send, a message over its size limit, a
+topic that does not exist) is refused by ``produce`` itself (an :class:`OutputCheck`, filled by
+:class:`keyshared.kafka.output_rules.OutputRules`), inside the
+handler: the attempt fails and the retry and poison policies apply to its record. Found only
+in the transaction, the same mistake would fail every record committed with it.
+When the attempt ends the :class:`Output` is sealed: its messages are handed over as a copy,
+and a later ``produce`` (a thread the handler left running, a call after ``ack``) raises
+instead of adding to a list that is committed or not depending on timing.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
-__all__ = ["Output", "OutputMessage", "PartitionOutputs"]
+from keyshared.errors import OutputError
+
+__all__ = ["Output", "OutputCheck", "OutputMessage", "PartitionOutputs"]
 
 Headers = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
 
@@ -41,6 +52,19 @@ class OutputMessage(NamedTuple):
     source_partition: int | None = None
 
 
+class OutputCheck(Protocol):
+    """What the producer would refuse, checked as the handler produces (no round trip per
+    message); raises :class:`keyshared.errors.OutputError` naming the problem. ``refused``
+    holds the records whose output the broker refused inside a transaction: their next run
+    takes the poison path at once (:meth:`take_refusal`)."""
+
+    refused: dict[tuple[str, int, int], str]
+
+    def check(self, topic: str, key: object, value: object, headers: object) -> None: ...
+
+    def take_refusal(self, topic: str, partition: int, offset: int) -> Exception | None: ...
+
+
 class Output:
     """``record.output``: the handler's messages, committed only with the record.
 
@@ -53,10 +77,12 @@ class Output:
     records. A handler that produces with its own producer instead gets no such guarantee.
     """
 
-    __slots__ = ("messages",)
+    __slots__ = ("_rules", "messages", "sealed")
 
-    def __init__(self) -> None:
+    def __init__(self, rules: OutputCheck | None = None) -> None:
         self.messages: list[OutputMessage] = []
+        self.sealed = False
+        self._rules = rules
 
     def produce(
         self,
@@ -65,10 +91,28 @@ class Output:
         key: str | bytes | None = None,
         headers: Headers = None,
     ) -> None:
-        """Stage a message (the partition comes from the key, murmur2 like Java producers)."""
+        """Stage a message (the partition comes from the key, murmur2 like Java producers).
+
+        :raises keyshared.OutputError: the producer would refuse the message (a value, key or
+            header that is not ``str``/``bytes``/``None``, a message over the producer's
+            ``message.max.bytes``, a topic that does not exist or may not be described), or
+            the attempt already ended (the handler returned, or the record was acked).
+        """
+        if self.sealed:
+            raise OutputError(
+                topic, "record.output is sealed: its attempt ended (the handler returned or "
+                "the record was acked); produce from inside the handler",
+            )  # fmt: skip
         if not isinstance(topic, str) or not topic:
-            raise ValueError(f"topic must be a non-empty string, got {topic!r}")
+            raise OutputError(topic, "the topic must be a non-empty string")
+        if self._rules is not None:
+            self._rules.check(topic, key, value, headers)
         self.messages.append(OutputMessage(topic, key, value, headers))
+
+    def seal(self) -> list[OutputMessage]:
+        """The attempt ended: no more messages; a copy of them, to stage (or drop)."""
+        self.sealed = True
+        return list(self.messages) if self.messages else []
 
 
 class PartitionOutputs:
@@ -86,12 +130,21 @@ class PartitionOutputs:
         self.ready: list[tuple[int, list[OutputMessage]]] = []
 
     def stage(self, offset: int, messages: list[OutputMessage]) -> None:
-        """A record's handler succeeded (or its dead letter is built): hold its messages."""
+        """A record's handler succeeded (or its dead letter is built): hold its messages.
+        ``messages`` becomes this object's: a sealed attempt's copy, or a fresh list."""
         held = self.staged.get(offset)
         if held is None:
             self.staged[offset] = messages
         else:
             held.extend(messages)
+
+    def stage_attempt(self, offset: int, output: Output) -> None:
+        """The record's attempt succeeded: seal its ``record.output`` and stage a copy of its
+        messages, so nothing the handler (or a thread it left behind) does afterwards changes
+        what is committed."""
+        messages = output.seal()
+        if messages:
+            self.stage(offset, messages)
 
     def release(self, offset: int) -> None:
         """Dispatcher lock: the record is finished in its window; its messages may go out."""

@@ -21,6 +21,7 @@ from keyshared.record import Record
 if TYPE_CHECKING:
     from keyshared.runtime.dispatcher import Work
     from keyshared.runtime.execution import RecordExecutor
+    from keyshared.runtime.outputs import Output
 
 __all__ = ["AckTimeoutError", "PullQueue"]
 
@@ -45,7 +46,8 @@ class PullQueue:
         self._ack_timeout = ack_timeout
         self._call_later = call_later
         self._ready: queue.SimpleQueue[Work] = queue.SimpleQueue()
-        self._outstanding: dict[RecordId, tuple[Work, int, float]] = {}
+        # record id -> (work, token, pulled at, its record.output: sealed when it settles)
+        self._outstanding: dict[RecordId, tuple[Work, int, float, Output | None]] = {}
         self._tokens = itertools.count()
         self._lock = threading.Lock()
 
@@ -82,16 +84,20 @@ class PullQueue:
             rid = (record.topic, record.partition, record.offset)
             token = next(self._tokens)
             with self._lock:
-                self._outstanding[rid] = (work, token, time.perf_counter())
+                self._outstanding[rid] = (work, token, time.perf_counter(), record.output)
             self._call_later(self._ack_timeout, functools.partial(self._expire, rid, token))
             return record
 
     def _take(self, rid: RecordId, token: int | None = None) -> tuple[Work, float] | None:
+        """Settle a pulled record once: its ``record.output`` is sealed (a produce after its
+        ack, nack or ack timeout raises instead of being committed or lost by timing)."""
         with self._lock:
             held = self._outstanding.get(rid)
             if held is None or (token is not None and held[1] != token):
                 return None
             del self._outstanding[rid]
+        if held[3] is not None:
+            held[3].sealed = True
         return held[0], held[2]
 
     def ack(self, record: Record) -> bool:
@@ -101,8 +107,8 @@ class PullQueue:
             return False
         (state, entry), started = taken
         assert self.executor is not None
-        if record.output is not None and record.output.messages:
-            state.outputs.stage(entry.offset, record.output.messages)  # exactly-once
+        if record.output is not None:  # exactly-once; sealed by _take, staged as a copy
+            state.outputs.stage_attempt(entry.offset, record.output)
         self.executor.succeeded(state, entry, time.perf_counter() - started)
         return True
 

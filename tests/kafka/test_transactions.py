@@ -19,6 +19,7 @@ from keyshared.core.window import InFlightWindow
 from keyshared.kafka import transactions
 from keyshared.kafka.transactions import TransactionalCommitter
 from keyshared.metrics import ConsumerMetrics
+from keyshared.metrics.families import consumer as families
 from keyshared.runtime.dispatcher import Dispatcher
 from keyshared.runtime.outputs import OutputMessage
 from keyshared.runtime.partition import PartitionState
@@ -32,6 +33,10 @@ class FakeProducer:
         self.config = config
         self.calls: list[tuple[Any, ...]] = []
         self.fail_commit: KafkaError | None = None
+        self.fail_produce: BaseException | None = None
+        self.pending: list[tuple[Any, Any]] = []
+        self.refuse: set[bytes] = set()  # values the broker refuses (with their whole batch)
+        self.refuse_error = KafkaError(KafkaError.INVALID_RECORD)
         FakeProducer.instances.append(self)
 
     def init_transactions(self, timeout: float) -> None:
@@ -41,12 +46,32 @@ class FakeProducer:
         self.calls.append(("begin",))
 
     def produce(self, topic: str, value: Any, key: Any, **extra: Any) -> None:
+        if self.fail_produce is not None:
+            raise self.fail_produce
         self.calls.append(("produce", topic, key, value))
+        if "on_delivery" in extra:
+            self.pending.append((extra["on_delivery"], value))
+
+    def flush(self, timeout: float) -> int:
+        self.poll(0)
+        return 0
+
+    def poll(self, timeout: float) -> int:
+        """Delivery reports: a batch refused as a whole reports the refusal for every message
+        in it (as the broker does); alone, only the bad message is refused."""
+        pending, self.pending = self.pending, []
+        batch_refused = any(value in self.refuse for _, value in pending)
+        for report, _value in pending:
+            report(self.refuse_error if batch_refused else None, _Msg())
+        return len(pending)
 
     def send_offsets_to_transaction(self, offsets: list[TopicPartition], meta: Any, t: float):  # type: ignore[no-untyped-def]
         self.calls.append(("offsets", [(tp.partition, tp.offset) for tp in offsets]))
 
     def commit_transaction(self, timeout: float) -> None:
+        if self.pending and self.refuse:
+            self.flush(timeout)
+            raise KafkaException(KafkaError(KafkaError.INVALID_RECORD, txn_requires_abort=True))
         if self.fail_commit is not None:
             raise KafkaException(self.fail_commit)
         self.calls.append(("commit",))
@@ -56,6 +81,11 @@ class FakeProducer:
 
     def purge(self) -> None:
         self.calls.append(("purge",))
+
+
+class _Msg:
+    def topic(self) -> str:
+        return "out"
 
 
 class FakeConsumer:
@@ -114,12 +144,15 @@ def desk(monkeypatch: pytest.MonkeyPatch) -> Any:
     state = PartitionState("t", 0, metrics.partition("t", 0), committed=0)
     state.window = InFlightWindow(start_offset=0, max_window=100, per_worker_capacity=100)
     consumer = FakeConsumer()
+    stops: list[str] = []
     committer = TransactionalCommitter(
         consumer,
         metrics,
         Dispatcher(ConsumerOptions(), 1, lambda _w, _works: None),
         {"transactional.id": "x"},
+        on_fenced=lambda: stops.append("stop"),
     )
+    committer.stops = stops  # type: ignore[attr-defined]
     events = Events(state)
     committer.bind(events)  # type: ignore[arg-type]
     return committer, state, events, consumer
@@ -221,7 +254,7 @@ def test_an_abortable_failure_aborts_and_redoes_every_live_partition(desk: Any) 
 def test_a_fatal_failure_replaces_the_producer_before_the_next_transaction(desk: Any) -> None:
     committer, state, events, _ = desk
     first = FakeProducer.instances[-1]
-    first.fail_commit = KafkaError(KafkaError._FENCED, fatal=True)
+    first.fail_commit = KafkaError(KafkaError._INCONSISTENT, fatal=True)
     _finish(state, 0)
     committer.commit_async([state])
     assert ("abort",) not in first.calls and ("purge",) in first.calls
@@ -269,3 +302,70 @@ def test_a_revoke_drops_a_pending_redo_instead_of_rebuilding_the_partition(desk:
     assert committer.commit_sync([])
     assert state.tp not in events.states, "the revoked partition was built again"
     assert consumer.seeks == []
+
+
+@pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.PRODUCER_FENCED])
+def test_a_producer_fenced_twice_stops_the_member_and_is_never_initialised_again(
+    desk: Any, code: int
+) -> None:
+    """A first fence may be the broker's (a transaction it timed out): a new producer and a
+    redo, as for any unusable producer. A second one within the window is another live
+    holder of the id: a new producer would fence it back (and the two would take turns
+    failing each other's transactions), so the member stops committing, counts it and asks
+    the run to stop; its shutdown commit does not wait for a commit that cannot come."""
+    committer, state, events, _ = desk
+    fences = families.producer_fenced.labels(*committer._metrics._labels)
+    first = FakeProducer.instances[-1]
+    first.fail_commit = KafkaError(code, fatal=True)
+    _finish(state, 0, 1)
+    committer.commit_async([state])
+    assert not committer.fenced and committer.stops == []
+    assert events.log == ["lost", "assigned"] and fences._value.get() == 1
+    assert committer._ready()  # the new producer, built before the next transaction
+    second = FakeProducer.instances[-1]
+    fresh = events.states[state.tp]
+    fresh.window = InFlightWindow(start_offset=2, max_window=100, per_worker_capacity=100)
+    fresh.window.admit(2, b"k", worker=0, payload=None, now=0.0)
+    fresh.window.complete(2)
+    second.fail_commit = KafkaError(code, fatal=True)
+    committer.commit_async([fresh])
+    assert second is not first and second.calls[0] == ("init",)
+    assert committer.fenced and committer.stops == ["stop"] and fences._value.get() == 2
+    assert events.log == ["lost", "assigned"]  # no second redo: nothing is committed here now
+    assert committer.commit_sync([fresh])  # the shutdown's commit: done waiting, no re-init
+    assert FakeProducer.instances[-1] is second and second.calls.count(("init",)) == 1
+
+
+def test_an_unexpected_exception_inside_the_transaction_recovers_instead_of_escaping(
+    desk: Any,
+) -> None:
+    """Whatever the producer raises (here a TypeError, as confluent-kafka raises for a value it
+    cannot send), the transaction is settled and redone; it never escapes the poll loop with
+    the transaction left open."""
+    committer, state, events, _ = desk
+    first = FakeProducer.instances[-1]
+    first.fail_produce = TypeError("a bytes-like object is required, not 'dict'")
+    _finish(state, 0)
+    committer.commit_async([state])
+    assert ("purge",) in first.calls and events.log == ["lost", "assigned"]
+    assert not committer.fenced
+
+
+def test_a_refused_output_is_pinned_to_its_own_record_not_to_its_batch(desk: Any) -> None:
+    """The broker refuses a whole batch for one bad record, so every output of the failed
+    transaction reports the refusal. Probing each suspect alone, in a transaction that is
+    always aborted, finds the one record whose own output is refused; only it is pinned (and
+    dead-lettered when redone), the others run again."""
+    committer, state, events, _ = desk
+    producer = FakeProducer.instances[-1]
+    producer.refuse = {b"v1"}
+    _finish(state, 0, 1, 2)
+    committer.commit_async([state])
+    assert ("abort",) in producer.calls and events.log == ["lost", "assigned"]
+    assert set(committer.output_rules.refused) == {("t", 0, 1)}
+    probes = producer.calls[producer.calls.index(("abort",)) + 1 :]
+    assert probes.count(("begin",)) == 3 and probes.count(("abort",)) == 3
+    assert ("commit",) not in probes  # a probe is never committed
+    refusal = committer.output_rules.take_refusal("t", 0, 1)
+    assert refusal is not None and "INVALID_RECORD" in str(refusal)
+    assert committer.output_rules.take_refusal("t", 0, 1) is None  # once
