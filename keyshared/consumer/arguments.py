@@ -21,7 +21,7 @@ def check_arguments(options: ConsumerOptions, coordinator: Any, handler: Any) ->
             "key_shared mode needs a coordinator: pass "
             "coordinator=coordinator.ZooKeeperCoordinator('host:port')",
         )
-    if coordinator is not None and not callable(getattr(coordinator, "plug", None)):
+    if coordinator is not None and not callable(getattr(coordinator, "range_leases", None)):
         raise ConfigurationError(
             "coordinator", f"expected a coordinator.ZooKeeperCoordinator, got {coordinator!r}"
         )
