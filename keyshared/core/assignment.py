@@ -173,7 +173,12 @@ def plan_assignment(
     kept, pool = _release(free, set(live), gives, set(gains))
     given = _distribute(kept, pool, gains, ranges, held, bounds, set(gives))
     after = sorted(kept + given + [(r.lo, r.hi, m) for r, m in applied])
-    assignment = SlotMap((SlotRange(lo, hi), owner) for lo, hi, owner in _merge(after) if owner)
+    known = {(r.lo, r.hi): r for r in current}  # most ranges stay: reuse, not re-validate
+    assignment = SlotMap(
+        (known.get((lo, hi)) or SlotRange(lo, hi), owner)
+        for lo, hi, owner in _merge(after)
+        if owner
+    )
     return Plan(assignment, _moves(before, after), ignored)
 
 
