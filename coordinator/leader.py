@@ -4,7 +4,8 @@ Leadership is kazoo's :class:`~kazoo.recipe.election.Election` on the group's ``
 directory: every member contends, the lowest ephemeral sequence node wins, and when the leader's
 session ends the next contender takes over. While leading, a member watches ``members`` and
 ``pins`` and, on every change, runs the pure planner (:func:`keyshared.core.assignment.
-plan_assignment`: sticky, balanced to one slot, pins honoured) on the assignment in force and
+plan_assignment`: sticky, balanced within a tolerance, few members per event, pins honoured) on
+the assignment in force and
 writes the result as the next generation with :func:`coordinator.assignment.write_assignment`
 (compare-and-set, conditional on its own election znode). A leader that lost its session can
 therefore never overwrite its successor's plan.

@@ -14,13 +14,16 @@ from pathlib import Path
 
 import pytest
 
+import keyshared.core.assignment
 from keyshared.bench.scale import (
     check_assignment,
     fragmentation,
+    load_planner,
     measure_planner,
     measure_zookeeper,
+    planner_table,
 )
-from keyshared.core.assignment import plan_assignment
+from keyshared.core.assignment import HIGH_SHARE, MAX_RANGES, plan_assignment
 from keyshared.core.slots import SlotMap, SlotRange
 
 
@@ -34,6 +37,29 @@ def test_planner_figures_add_up() -> None:
     # a join takes about 1/N of the space, a leave hands out the leaver's share
     assert 65536 / 11 / 2 < figures.slots_moved_per_event_mean < 65536 / 9 * 2
     assert figures.assignment_bytes > 0
+    # the planner's event bounds: the one joining or leaving and at most 7 more; the keyspace
+    # moved at most the most share, 1.25 x ceil(65536 / N) slots (x N / 65536 here)
+    assert 1 <= figures.touched_join_mean <= figures.touched_join_max <= 8
+    assert 1 <= figures.touched_leave_mean <= figures.touched_leave_max <= 8
+    assert 0 < figures.moved_share_mean <= figures.moved_share_max <= HIGH_SHARE * 1.001
+    assert figures.ranges_per_member_max_final <= figures.ranges_per_member_max <= MAX_RANGES
+    assert 0.75 * 0.999 <= figures.load_min_over_fair <= 1 <= figures.load_max_over_fair
+    assert figures.load_max_over_fair <= HIGH_SHARE * 1.001
+
+
+def test_another_planner_file_is_measured_through_the_same_code() -> None:
+    """The before/after of docs/scaling.md: a planner loaded from a file (here the current one)
+    gives the same counts as the one imported."""
+    planner = load_planner(Path(keyshared.core.assignment.__file__))
+    loaded, imported = measure_planner(5, events=6, planner=planner), measure_planner(5, events=6)
+    assert (loaded.ranges_total, loaded.touched_join_max, loaded.moved_share_max) == (
+        imported.ranges_total,
+        imported.touched_join_max,
+        imported.moved_share_max,
+    )
+    table = planner_table([loaded, imported]).splitlines()
+    assert table[0] == "| figure | 5 members | 5 members |"
+    assert len(table) == 9 and all(line.count("|") == 4 for line in table)
 
 
 def test_fragmentation_samples_count_ranges() -> None:
@@ -53,6 +79,12 @@ def test_check_assignment_refuses_a_gap_a_stranger_and_an_imbalance() -> None:
         check_assignment(SlotMap([(SlotRange(0, 65535), "c")]), live)  # not live
     with pytest.raises(AssertionError):
         check_assignment(SlotMap([(SlotRange(0, 1), "a"), (SlotRange(2, 65535), "b")]), live)
+    # within the tolerance (0.75-1.25 of the fair share) passes; beyond it does not
+    check_assignment(SlotMap([(SlotRange(0, 24575), "a"), (SlotRange(24576, 65535), "b")]), live)
+    with pytest.raises(AssertionError):
+        check_assignment(
+            SlotMap([(SlotRange(0, 24574), "a"), (SlotRange(24575, 65535), "b")]), live
+        )
 
 
 @pytest.mark.timeout(120)

@@ -5,9 +5,11 @@ Two measurements, both on the production code paths:
 
 - **planner** (pure, no I/O): :func:`keyshared.core.assignment.plan_assignment` at N members,
   the first plan and then churn (one member joins, the next event one leaves, alternately):
-  time per plan, ranges per member, moves (ranges that change owner, each a drain) and
-  members touched per event. Every plan is checked: each slot owned exactly once, by a live
-  member, shares within one slot.
+  time per plan, ranges per member, moves (ranges that change owner, each a drain), members
+  touched per join and per leave, the keyspace moved (x 1/N) and the most and least loaded
+  member against the fair share. Every plan is checked: each slot owned exactly once, by a live
+  member, shares within the planner's tolerance (:func:`~keyshared.core.assignment.share_bounds`).
+  ``--planner-module`` measures another planner file through the same code (a before/after).
 - **zookeeper**: N members in this process, each its own kazoo session doing what a
   ``key_shared`` member does with ZooKeeper (``keyshared/modes/key_shared.py``), through the
   coordinator's own recipes: an ephemeral member znode (:class:`Membership`), a candidacy
@@ -46,7 +48,9 @@ from keyshared.bench.scale.planner import (
     PlannerFigures,
     check_assignment,
     fragmentation,
+    load_planner,
     measure_planner,
+    planner_table,
 )
 from keyshared.bench.scale.zookeeper_stats import four_letter, mntr, private_zookeeper
 
@@ -60,9 +64,11 @@ __all__ = [
     "check_assignment",
     "four_letter",
     "fragmentation",
+    "load_planner",
     "measure_planner",
     "measure_write_capacity",
     "measure_zookeeper",
     "mntr",
+    "planner_table",
     "private_zookeeper",
 ]

@@ -20,8 +20,14 @@ from typing import Any
 from keyshared.bench import scale
 from keyshared.bench.scale.capacity import measure_write_capacity
 from keyshared.bench.scale.measure import measure_zookeeper
-from keyshared.bench.scale.planner import fragmentation, measure_planner
+from keyshared.bench.scale.planner import (
+    fragmentation,
+    load_planner,
+    measure_planner,
+    planner_table,
+)
 from keyshared.bench.scale.zookeeper_stats import private_zookeeper
+from keyshared.core.assignment import plan_assignment
 
 
 def _sizes(text: str) -> list[int]:
@@ -41,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
         help="member counts to follow under long churn (ranges only)",
     )
     parser.add_argument("--fragmentation-events", type=int, default=2000)
+    parser.add_argument(
+        "--planner-module",
+        type=Path,
+        help="measure the plan_assignment of this file instead (e.g. an older commit's, "
+        "from git show main:keyshared/core/assignment.py)",
+    )
     parser.add_argument("--members", type=_sizes, default=[10, 100], help="ZooKeeper runs")
     parser.add_argument("--partitions", type=int, default=64)
     parser.add_argument("--events", type=int, default=4, help="churn events per ZooKeeper run")
@@ -66,15 +78,20 @@ def main(argv: list[str] | None = None) -> int:
         "zookeeper": [],
         "write_capacity": None,
     }
+    planner = load_planner(args.planner_module) if args.planner_module else plan_assignment
     for n in args.fragmentation:
         every = max(1, args.fragmentation_events // 10)
-        samples = fragmentation(n, args.fragmentation_events, every)
+        samples = fragmentation(n, args.fragmentation_events, every, planner=planner)
         say(f"fragmentation {n}: {samples}")
         results["fragmentation"][str(n)] = samples
+    measured = []
     for n in args.planner_members:
-        figures = measure_planner(n, args.planner_events)
+        figures = measure_planner(n, args.planner_events, planner=planner)
         say(f"planner {n}: {asdict(figures)}")
         results["planner"].append(asdict(figures))
+        measured.append(figures)
+    if measured:
+        say(planner_table(measured))
     if args.members or args.write_seconds > 0:
         server = contextlib.nullcontext(args.zookeeper) if args.zookeeper else private_zookeeper()
         with server as hosts:
