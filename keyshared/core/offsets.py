@@ -112,13 +112,23 @@ def encode_within(
     where a named offset must stay named (its outputs are committed), use
     :func:`encode_monotone`.
     """
+    runs, whole = _above_cursor(cursor, finished, max_bytes)
+    if whole is not None:
+        return whole
+    return _nearest_runs(cursor, runs, max_bytes)
+
+
+def _above_cursor(
+    cursor: int, finished: Iterable[int], max_bytes: int
+) -> tuple[OffsetRuns, Encoded | None]:
+    """The finished runs above ``cursor``, with their whole encoding when it fits: both
+    encoders send everything when they can, and differ only in what they keep when they
+    cannot."""
     runs = OffsetRuns.coerce(finished).from_floor(cursor + 1)
     if not runs:
-        return Encoded("", 0)
+        return runs, Encoded("", 0)
     text = _encode_runs_text(cursor, runs.runs)
-    if len(text) <= max_bytes:
-        return Encoded(text, 0)
-    return _nearest_runs(cursor, runs, max_bytes)
+    return runs, (Encoded(text, 0) if len(text) <= max_bytes else None)
 
 
 def _nearest_runs(cursor: int, runs: OffsetRuns, max_bytes: int) -> Encoded:
@@ -157,12 +167,9 @@ def encode_monotone(
     order, and the union of two prefixes is one), so outputs released as their records get
     named go out in key order.
     """
-    runs = OffsetRuns.coerce(finished).from_floor(cursor + 1)
-    if not runs:
-        return Encoded("", 0)
-    text = _encode_runs_text(cursor, runs.runs)
-    if len(text) <= max_bytes:
-        return Encoded(text, 0)
+    runs, whole = _above_cursor(cursor, finished, max_bytes)
+    if whole is not None:
+        return whole
     decoded = decode_finished(cursor, previous)
     named = decoded & runs
     if not named:

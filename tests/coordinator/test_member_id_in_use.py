@@ -9,15 +9,13 @@ timeout for a predecessor's session to expire (a process restarted at once keeps
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 import keyshared
 from coordinator import MemberIdInUse, ZooKeeperCoordinator
 from tests.coordinator.conftest import NAMESPACE, WAIT_S
 from tests.coordinator.members import StartMember
-from tests.kafka.support.inprocess import Recorder
+from tests.kafka.support.inprocess import Recorder, run_on_thread
 
 SESSION_TIMEOUT = 2.0
 
@@ -38,16 +36,7 @@ def test_a_second_live_process_with_the_same_member_id_is_refused_at_start(
     second = keyshared.KeySharedConsumer(
         config, [topic], Recorder(pid=2), coordinator=zk, mode="partition", drain_timeout=1.0
     )
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            second.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="second-process", daemon=True)
-    thread.start()
+    thread, errors = run_on_thread(second, name="second-process")
     thread.join(SESSION_TIMEOUT + WAIT_S)
     if thread.is_alive():
         second.stop()

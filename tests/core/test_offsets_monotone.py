@@ -10,6 +10,7 @@ finish in any order, and the metadata budget is far too small for everything fin
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,34 +24,42 @@ from keyshared.core.offsets import (
 from keyshared.core.runs import OffsetRuns
 
 
-def _windows(seed: int, size: int, stuck: float, steps: int) -> list[tuple[int, OffsetRuns]]:
-    """(cursor, finished above it) at ``steps`` moments of one partition: each offset finishes
-    at a random moment, a fraction ``stuck`` of them (a blocked key) only at the very end or
-    never; the cursor is the first unfinished offset, so it never goes back."""
-    rng = random.Random(seed)
-    finish_at = [steps + 1 if rng.random() < stuck else rng.randrange(steps) for _ in range(size)]
+def _windows(finish_at: list[int], steps: int) -> list[tuple[int, OffsetRuns]]:
+    """(cursor, finished above it) at ``steps`` moments of one partition whose offset ``o``
+    finishes at moment ``finish_at[o]`` (``steps`` or later: not within the run); the cursor
+    is the first unfinished offset, so it never goes back."""
     windows = []
     for now in range(steps):
         done = [o for o, at in enumerate(finish_at) if at <= now]
-        cursor = next((o for o, at in enumerate(finish_at) if at > now), size)
+        cursor = next((o for o, at in enumerate(finish_at) if at > now), len(finish_at))
         windows.append((cursor, OffsetRuns.from_offsets(done).from_floor(cursor + 1)))
     return windows
 
 
+def _partition_runs(size: int, steps: int, max_bytes: int, **more: Any) -> Any:
+    """Hypothesis ``given`` of a replayed partition: a seed, up to ``size`` offsets, up to
+    ``steps`` moments, a metadata budget of 24 to ``max_bytes``, and ``more``."""
+    return given(
+        seed=st.integers(0, 2**32),
+        size=st.integers(1, size),
+        steps=st.integers(1, steps),
+        max_bytes=st.integers(24, max_bytes),
+        **more,
+    )
+
+
 @settings(max_examples=150, deadline=None)
-@given(
-    seed=st.integers(0, 2**32),
-    size=st.integers(1, 3000),
-    stuck=st.floats(0.0, 0.5),
-    steps=st.integers(1, 12),
-    max_bytes=st.integers(24, 400),
-)
+@_partition_runs(size=3000, steps=12, max_bytes=400, stuck=st.floats(0.0, 0.5))
 def test_a_named_offset_stays_named_above_the_cursor(
     seed: int, size: int, stuck: float, steps: int, max_bytes: int
 ) -> None:
+    """Each offset finishes at a random moment, a fraction ``stuck`` of them (a blocked key)
+    only at the very end or never."""
+    rng = random.Random(seed)
+    finish_at = [steps + 1 if rng.random() < stuck else rng.randrange(steps) for _ in range(size)]
     previous = ""
     named_before: set[int] = set()
-    for cursor, finished in _windows(seed, size, stuck, steps):
+    for cursor, finished in _windows(finish_at, steps):
         encoded = encode_monotone(cursor, finished, previous, max_bytes)
         named = decode_finished(cursor, encoded.text)
         assert named <= finished, "names an offset that is not finished"
@@ -126,13 +135,7 @@ def test_everything_that_fits_is_encoded_as_before() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(
-    seed=st.integers(0, 2**32),
-    size=st.integers(1, 2000),
-    keys=st.integers(1, 40),
-    steps=st.integers(1, 10),
-    max_bytes=st.integers(24, 300),
-)
+@_partition_runs(size=2000, steps=10, max_bytes=300, keys=st.integers(1, 40))
 def test_per_key_the_named_set_is_a_prefix_of_the_keys_finished_records(
     seed: int, size: int, keys: int, steps: int, max_bytes: int
 ) -> None:
@@ -147,10 +150,7 @@ def test_per_key_the_named_set_is_a_prefix_of_the_keys_finished_records(
         last[key] = at
         finish_at.append(at)
     previous = ""
-    for now in range(steps):
-        done = [o for o, at in enumerate(finish_at) if at <= now]
-        cursor = next((o for o, at in enumerate(finish_at) if at > now), size)
-        finished = OffsetRuns.from_offsets(done).from_floor(cursor + 1)
+    for cursor, finished in _windows(finish_at, steps):
         previous = encode_monotone(cursor, finished, previous, max_bytes).text
         named = decode_finished(cursor, previous)
         waiting: set[int] = set()  # keys with a finished record above the cursor not named

@@ -20,6 +20,7 @@ from coordinator.errors import CoordinatorUnreachable
 from keyshared.kafka import backpressure
 from tests.coordinator.conftest import NAMESPACE, WAIT_S, closed_port
 from tests.helpers import wait_until
+from tests.kafka.support.inprocess import run_on_thread
 from tests.kafka.support.journal import produce
 
 
@@ -63,16 +64,7 @@ def test_an_exception_escaping_the_poll_loop_ends_the_zookeeper_session(
         mode="key_shared",
         commit_interval=0.1,
     )
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            consumer.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, errors = run_on_thread(consumer)
     try:
         assert handled.wait(WAIT_S * 2), "the member never ran its record"
         assert admin.status(group).members, "the member is not in ZooKeeper"

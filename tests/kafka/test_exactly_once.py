@@ -14,7 +14,9 @@ import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Container, Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -94,6 +96,39 @@ def assert_exactly_once(seen: Seen, expected: dict[bytes | None, list[int]]) -> 
     assert not disorder, f"per-key order broken: {list(disorder.items())[:3]}"
 
 
+def expected_outputs(
+    records: Iterable[tuple[bytes | None, int]], leaving: Container[tuple[bytes | None, int]] = ()
+) -> dict[bytes | None, list[int]]:
+    """Each key's sequence numbers in produce order but for ``leaving`` (records that fail or
+    are refused): what the output topic must hold."""
+    expected: dict[bytes | None, list[int]] = defaultdict(list)
+    for k, s in records:
+        if (k, s) not in leaving:
+            expected[k].append(s)
+    return expected
+
+
+def dead_letters(bootstrap: str, dlq: str, expected: int) -> Counter[tuple[bytes | None, int]]:
+    """How many times each record was dead-lettered (committed to ``dlq``)."""
+    letters = read_committed(bootstrap, dlq, expected)
+    return Counter((k, s) for k, seqs in letters.items() for s in seqs)
+
+
+def eos_member(
+    bootstrap: str, group: str, source: str, handler: Callable[..., Any], **options: Any
+) -> KeySharedConsumer:
+    """An in-process exactly-once member committing every 0.2 s, so a test's records are
+    committed within seconds."""
+    return KeySharedConsumer(
+        {"bootstrap.servers": bootstrap, "group.id": group},
+        [source],
+        handler,
+        exactly_once=True,
+        commit_interval=0.2,
+        **options,
+    )
+
+
 def test_key_shared_mode_refuses_exactly_once() -> None:
     with pytest.raises(ConfigurationError, match="ZooKeeper"):
         KeySharedConsumer(
@@ -142,18 +177,10 @@ def test_outputs_and_dead_letters_exactly_once_in_process(
             raise BatchError(failures)
 
     handler = {"async": handle_async, "batch": handle_batch, "pull": None}.get(mode, handle)
-    consumer = KeySharedConsumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": group},
-        [source],
-        handler,
-        workers=8,
-        exactly_once=True,
-        mode="exclusive" if mode == "exclusive" else "partition",
-        commit_interval=0.2,
-        dlq_topic=dlq,
-        retry=RetryPolicy(max_attempts=1),
-        batch_size=10 if mode == "batch" else None,
-    )
+    consumer = eos_member(kafka_bootstrap, group, source, handler, workers=8,
+                          mode="exclusive" if mode == "exclusive" else "partition",
+                          dlq_topic=dlq, retry=RetryPolicy(max_attempts=1),
+                          batch_size=10 if mode == "batch" else None)  # fmt: skip
 
     def pull() -> None:
         for record in consumer.records():
@@ -172,13 +199,9 @@ def test_outputs_and_dead_letters_exactly_once_in_process(
         consumer.stop()
         thread.join(30)
     assert not thread.is_alive()
-    expected: dict[bytes | None, list[int]] = defaultdict(list)
-    for k, s in records:
-        if (k, s) not in poison:
-            expected[k].append(s)
+    expected = expected_outputs(records, leaving=poison)
     assert_exactly_once(read_committed(kafka_bootstrap, out, len(records) - len(poison)), expected)
-    letters = read_committed(kafka_bootstrap, dlq, len(poison))
-    got = Counter((k, s) for k, seqs in letters.items() for s in seqs)
+    got = dead_letters(kafka_bootstrap, dlq, len(poison))
     assert set(got) == poison and all(n == 1 for n in got.values()), got
 
 
@@ -265,13 +288,9 @@ def test_kill_9_broker_restart_and_poison_outputs_exactly_once(
         kill_all(procs.values())
     redone = len([e for e in read_journal(journal) if e.kind == "E"]) - (total - len(poison))
     print(f"records finished more than once (redone, outputs aborted): {redone}")
-    expected: dict[bytes | None, list[int]] = defaultdict(list)
-    for k, s in records:
-        if (k, s) not in poison:
-            expected[k].append(s)
+    expected = expected_outputs(records, leaving=poison)
     assert_exactly_once(read_committed(kafka_bootstrap, out, total - len(poison)), expected)
-    letters = read_committed(kafka_bootstrap, dlq, len(poison))
-    got = Counter((k, s) for k, seqs in letters.items() for s in seqs)
+    got = dead_letters(kafka_bootstrap, dlq, len(poison))
     assert poison and set(got) == poison and all(n == 1 for n in got.values()), got
     verified = subprocess.run(
         [
@@ -332,10 +351,7 @@ def test_zombie_cannot_commit(kafka_bootstrap: str, new_topic, new_group, tmp_pa
     # The zombie had finished records it never committed: B redid them, and still each
     # output appears once, so none of the zombie's outputs of them was committed.
     assert by_zombie & by_b, "the zombie held no uncommitted finished records"
-    expected: dict[bytes | None, list[int]] = defaultdict(list)
-    for k, s in records:
-        expected[k].append(s)
-    assert_exactly_once(read_committed(kafka_bootstrap, out, total), expected)
+    assert_exactly_once(read_committed(kafka_bootstrap, out, total), expected_outputs(records))
 
 
 def test_stale_generation_cannot_commit_a_transaction(
@@ -394,14 +410,8 @@ def test_a_missing_dlq_topic_holds_the_commit_until_it_exists(
             raise ValueError("poison")
         record.output.produce(out, key=record.raw_key, value=record.value)
 
-    consumer = KeySharedConsumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": group},
-        [source],
-        handle,
-        exactly_once=True,
-        commit_interval=0.2,
-        dlq_topic=dlq,
-        retry=RetryPolicy(max_attempts=1),
+    consumer = eos_member(
+        kafka_bootstrap, group, source, handle, dlq_topic=dlq, retry=RetryPolicy(max_attempts=1)
     )
     thread = threading.Thread(target=consumer.run, daemon=True)
     thread.start()
@@ -416,10 +426,7 @@ def test_a_missing_dlq_topic_holds_the_commit_until_it_exists(
     finally:
         consumer.stop()
         thread.join(30)
-    expected: dict[bytes | None, list[int]] = defaultdict(list)
-    for k, s in records:
-        if (k, s) not in poison:
-            expected[k].append(s)
+    expected = expected_outputs(records, leaving=poison)
     assert_exactly_once(read_committed(kafka_bootstrap, out, len(records) - 2), expected)
     try:
         letters = read_committed(kafka_bootstrap, dlq, 2)

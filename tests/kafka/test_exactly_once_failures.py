@@ -7,13 +7,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter, defaultdict
 
 import pytest
 
 from keyshared import KeySharedConsumer, RetryPolicy
+from tests.kafka.support.inprocess import run_on_thread
 from tests.kafka.support.journal import produce, sequenced
-from tests.kafka.test_exactly_once import _committed_to_end, assert_exactly_once, read_committed
+from tests.kafka.test_exactly_once import (
+    _committed_to_end,
+    assert_exactly_once,
+    dead_letters,
+    eos_member,
+    expected_outputs,
+    read_committed,
+)
 
 
 def test_a_bad_output_dead_letters_its_record_and_the_member_keeps_committing(
@@ -41,26 +48,11 @@ def test_a_bad_output_dead_letters_its_record_and_the_member_keeps_committing(
         else:
             record.output.produce(out, key=record.raw_key, value=record.value)
 
-    consumer = KeySharedConsumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": group},
-        [source],
-        handle,
-        workers=8,
-        exactly_once=True,
-        commit_interval=0.2,
-        dlq_topic=dlq,
-        retry=RetryPolicy(max_attempts=2, initial_backoff=0.05, max_backoff=0.1),
+    retry = RetryPolicy(max_attempts=2, initial_backoff=0.05, max_backoff=0.1)
+    consumer = eos_member(
+        kafka_bootstrap, group, source, handle, workers=8, dlq_topic=dlq, retry=retry
     )
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            consumer.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, errors = run_on_thread(consumer)
     try:
         _committed_to_end(kafka_bootstrap, group, source, 60)
         assert thread.is_alive() and not errors, f"the member stopped: {errors}"
@@ -68,13 +60,9 @@ def test_a_bad_output_dead_letters_its_record_and_the_member_keeps_committing(
         consumer.stop()
         thread.join(30)
     assert not thread.is_alive() and not errors, errors
-    expected: dict[bytes | None, list[int]] = defaultdict(list)
-    for k, s in records:
-        if (k, s) not in bad:
-            expected[k].append(s)
+    expected = expected_outputs(records, leaving=bad)
     assert_exactly_once(read_committed(kafka_bootstrap, out, len(records) - len(bad)), expected)
-    letters = read_committed(kafka_bootstrap, dlq, len(bad))
-    got = Counter((k, s) for k, seqs in letters.items() for s in seqs)
+    got = dead_letters(kafka_bootstrap, dlq, len(bad))
     assert set(got) == set(bad) and all(n == 1 for n in got.values()), got
 
 
@@ -143,9 +131,7 @@ def test_a_member_fenced_by_another_holder_of_its_transactional_id_stops(
         b.stop()
         thread_a.join(30)
         thread_b.join(30)
-    expected: dict[bytes | None, list[int]] = defaultdict(list)
-    for k, s in first_batch + steady:
-        expected[k].append(s)
+    expected = expected_outputs(first_batch + steady)
     total = len(first_batch) + len(steady)
     assert_exactly_once(read_committed(kafka_bootstrap, out, total), expected)
 
@@ -169,14 +155,8 @@ def test_an_output_the_broker_refuses_later_dead_letters_its_record(
         key = None if (record.raw_key, int(record.value)) == bad else record.raw_key
         record.output.produce(out, key=key, value=record.value)
 
-    consumer = KeySharedConsumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": group},
-        [source],
-        handle,
-        exactly_once=True,
-        commit_interval=0.2,
-        dlq_topic=dlq,
-        retry=RetryPolicy(max_attempts=1),
+    consumer = eos_member(
+        kafka_bootstrap, group, source, handle, dlq_topic=dlq, retry=RetryPolicy(max_attempts=1)
     )
     thread = threading.Thread(target=consumer.run, daemon=True)
     thread.start()
@@ -186,10 +166,7 @@ def test_an_output_the_broker_refuses_later_dead_letters_its_record(
     finally:
         consumer.stop()
         thread.join(30)
-    expected: dict[bytes | None, list[int]] = defaultdict(list)
-    for k, s in records:
-        if (k, s) != bad:
-            expected[k].append(s)
+    expected = expected_outputs(records, leaving={bad})
     assert_exactly_once(read_committed(kafka_bootstrap, out, len(records) - 1), expected)
     letters = read_committed(kafka_bootstrap, dlq, 1)
     assert [(k, s) for k, seqs in letters.items() for s in seqs] == [bad]

@@ -18,9 +18,9 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Producer
 
-from keyshared import KeySharedConsumer, RetryPolicy
+from keyshared import RetryPolicy
 from tests.kafka.support.journal import produce, wait_for
-from tests.kafka.test_exactly_once import _committed_to_end
+from tests.kafka.test_exactly_once import _committed_to_end, eos_member
 
 SLOW_SECONDS = 6.0
 
@@ -76,17 +76,8 @@ def test_a_redo_waits_for_the_calls_of_the_state_it_replaces(
         with calls.lock:
             calls.calls.append((record.raw_key, int(record.value), start, time.monotonic()))
 
-    consumer = KeySharedConsumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": group},
-        [source],
-        handle,
-        workers=8,
-        mode=mode,
-        exactly_once=True,
-        transactional_id=txn_id,
-        commit_interval=0.2,
-        retry=RetryPolicy(max_attempts=1),
-    )
+    consumer = eos_member(kafka_bootstrap, group, source, handle, workers=8, mode=mode,
+                          transactional_id=txn_id, retry=RetryPolicy(max_attempts=1))  # fmt: skip
     thread = threading.Thread(target=consumer.run, daemon=True)
     thread.start()
     try:

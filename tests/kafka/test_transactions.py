@@ -268,16 +268,24 @@ def test_a_fatal_failure_replaces_the_producer_before_the_next_transaction(desk:
     assert second is not first and second.calls[0] == ("init",) and ("commit",) in second.calls
 
 
-def test_a_redo_interrupted_after_building_a_state_still_seeks_and_resumes(desk: Any) -> None:
-    """Found under a broker restart: a redo whose assigned() failed half way left a state
-    behind; the retry skipped that partition as already rebuilt, so it stayed paused at a
-    position nobody had set (the log said "redo: 0 partition(s) resume")."""
-    committer, state, events, consumer = desk
+def _aborted_with_redo_interrupted(desk: Any) -> FakeProducer:
+    """Where both pending-redo tests start: records 0 and 1 committed into an abortable
+    failure whose redo fails half way (its state built, then assigned() raises)."""
+    committer, state, events, _ = desk
     producer = FakeProducer.instances[-1]
     producer.fail_commit = KafkaError(KafkaError.ILLEGAL_GENERATION, txn_requires_abort=True)
     events.fail_after_state = 1
     _finish(state, 0, 1)
     assert not committer.commit_sync([state])
+    return producer
+
+
+def test_a_redo_interrupted_after_building_a_state_still_seeks_and_resumes(desk: Any) -> None:
+    """Found under a broker restart: a redo whose assigned() failed half way left a state
+    behind; the retry skipped that partition as already rebuilt, so it stayed paused at a
+    position nobody had set (the log said "redo: 0 partition(s) resume")."""
+    committer, state, events, consumer = desk
+    producer = _aborted_with_redo_interrupted(desk)
     assert consumer.paused == {0} and consumer.seeks == []  # retried before the next commit
     producer.fail_commit = None
     committer.commit_async([])
@@ -291,11 +299,7 @@ def test_a_revoke_drops_a_pending_redo_instead_of_rebuilding_the_partition(desk:
     is still in the assignment, so the pending redo built a fresh state for the partition
     being handed over, which then stayed in the poll loop after it was gone."""
     committer, state, events, consumer = desk
-    producer = FakeProducer.instances[-1]
-    producer.fail_commit = KafkaError(KafkaError.ILLEGAL_GENERATION, txn_requires_abort=True)
-    events.fail_after_state = 1
-    _finish(state, 0, 1)
-    assert not committer.commit_sync([state])
+    producer = _aborted_with_redo_interrupted(desk)
     assert state.tp not in events.states  # pending: nothing rebuilt yet
     producer.fail_commit = None
     committer.leaving([state.tp])  # the revoke, before its final commit

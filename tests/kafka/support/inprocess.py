@@ -19,19 +19,28 @@ import keyshared
 from tests.kafka.support.journal import Event
 
 
-@contextmanager
-def running(consumer: keyshared.KeySharedConsumer, stop_timeout: float = 60.0) -> Iterator[None]:
-    """Run ``consumer`` on a thread; stop it (drain, commit) and join on the way out."""
+def run_on_thread(
+    consumer: keyshared.KeySharedConsumer, name: str = "test-consumer"
+) -> tuple[threading.Thread, list[BaseException]]:
+    """Start ``consumer.run()`` on a daemon thread; what it raises lands in the list, for the
+    test to assert on (an exception on a thread would otherwise only be printed)."""
     errors: list[BaseException] = []
 
     def target() -> None:
         try:
             consumer.run()
-        except BaseException as exc:  # surfaced in the test below
+        except BaseException as exc:
             errors.append(exc)
 
-    thread = threading.Thread(target=target, name="test-consumer", daemon=True)
+    thread = threading.Thread(target=target, name=name, daemon=True)
     thread.start()
+    return thread, errors
+
+
+@contextmanager
+def running(consumer: keyshared.KeySharedConsumer, stop_timeout: float = 60.0) -> Iterator[None]:
+    """Run ``consumer`` on a thread; stop it (drain, commit) and join on the way out."""
+    thread, errors = run_on_thread(consumer)
     try:
         deadline = time.monotonic() + 30
         while not consumer.wait_started(0.1):
