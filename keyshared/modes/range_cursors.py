@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
@@ -20,9 +20,6 @@ from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 from keyshared.core.slots import MAX_SLOT, SlotRange
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.kafka_consumer import KafkaConsumer
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "Decoded",
