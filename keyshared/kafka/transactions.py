@@ -36,6 +36,7 @@ import contextlib
 import functools
 import logging
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -76,6 +77,11 @@ TP = tuple[str, int]
 Source = tuple[str, int, int]  # the record an output belongs to: topic, partition, offset
 Taken = list[tuple[PartitionState, list[tuple[int, list[OutputMessage]]]]]
 _TXN_TIMEOUT = 30.0  # seconds for a transactional call before the outcome counts as unknown
+# librdkafka may ignore send_offsets_to_transaction's timeout when the group coordinator it
+# cached went away (a broker restart): the call then never returns (confluentinc/librdkafka
+# #5456, #5511). The poll loop waits this long for it, then gives the producer up.
+_OFFSETS_WATCHDOG = 15.0
+_OFFSETS_CALL_TIMEOUT = 10.0
 _METADATA_TIMEOUT = 5.0
 _MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default
 _MAX_PROBES = 100  # suspect records probed after one failed transaction (the rest: next time)
@@ -94,6 +100,10 @@ _REFUSED_OUTPUT = frozenset(
         KafkaError.POLICY_VIOLATION,
     )
 )
+
+
+class _ProducerStuck(Exception):
+    """A transactional call that never returned: its producer was given up."""
 
 
 def producer_config(
@@ -179,6 +189,7 @@ class TransactionalCommitter(Committer):
         self.fenced = False  # another live producer took this transactional.id: never again
         self._fences: list[float] = []  # monotonic times of recent fences
         self._suspects: dict[Source, str] = {}  # records whose output the broker refused
+        self._stuck: list[Any] = []  # producers given up inside a call that never returned
         metrics.producer_fenced(0)
         self.output_rules = OutputRules(
             int(producer_config.get("message.max.bytes", _MESSAGE_MAX_BYTES)),
@@ -256,9 +267,7 @@ class TransactionalCommitter(Committer):
             for source, message in outputs:
                 self._produce(message, functools.partial(self._delivered, source))
             if offsets:
-                self._producer.send_offsets_to_transaction(
-                    offsets, self._consumer.consumer_group_metadata(), _TXN_TIMEOUT
-                )
+                self._send_offsets(offsets)
             self._commit()
         except Exception as exc:
             # Every failure, not only the client's: an exception left out here would end the
@@ -354,6 +363,42 @@ class TransactionalCommitter(Committer):
                 return
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let it drain into the broker
+
+    def _send_offsets(self, offsets: list[TopicPartition]) -> None:
+        """``send_offsets_to_transaction``, bounded by the poll loop itself: a call librdkafka
+        never returns (its timeout ignored while a stale group coordinator is cached) would
+        stop the poll loop, and so every commit and every stop, for good. Past the watchdog
+        the producer is given up: kept referenced (its stuck call must not meet a destroyed
+        client) and never touched again; the next transaction's new producer fences it, and
+        the failure is recovered like any unusable producer (abort by fencing, redo)."""
+        producer = self._producer
+        metadata = self._consumer.consumer_group_metadata()
+        outcome: list[BaseException | None] = []
+
+        def call() -> None:
+            try:
+                producer.send_offsets_to_transaction(offsets, metadata, _OFFSETS_CALL_TIMEOUT)
+            except BaseException as exc:  # handed to the poll thread, raised there
+                outcome.append(exc)
+            else:
+                outcome.append(None)
+
+        worker = threading.Thread(target=call, name="keyshared-txn-offsets", daemon=True)
+        worker.start()
+        worker.join(_OFFSETS_WATCHDOG)
+        if not outcome:
+            self._stuck.append(producer)
+            self._producer = None
+            self._metrics.commit(False)
+            log.error(
+                "send_offsets_to_transaction did not return within %gs (a librdkafka call "
+                "that ignores its timeout while the group coordinator it cached is gone): "
+                "giving the producer up; a new one fences it and the partitions are redone",
+                _OFFSETS_WATCHDOG,
+            )
+            raise _ProducerStuck()
+        if outcome[0] is not None:
+            raise outcome[0]
 
     def _delivered(self, source: Source, err: KafkaError | None, msg: Any) -> None:
         """The broker refused an output for what it is, not for its own state: its record is
@@ -503,8 +548,9 @@ class TransactionalCommitter(Committer):
             # settles whatever this one left open (init_transactions aborts it) before the next
             # transaction; the committed offsets read meanwhile are stable ones (read_committed
             # consumers wait out pending transactional offsets, KIP-447).
-            with contextlib.suppress(KafkaException, RuntimeError):
-                self._producer.purge()
+            if self._producer is not None:  # None: given up inside a call (_send_offsets)
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    self._producer.purge()
             self._producer = None
         live = self._events.states if self._events is not None else {}
         self.redo([s.tp for s in states if live.get(s.tp) is s])

@@ -8,6 +8,8 @@ A scripted producer records every call; windows are driven by hand. The real-bro
 from __future__ import annotations
 
 import random
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -373,3 +375,35 @@ def test_a_refused_output_is_pinned_to_its_own_record_not_to_its_batch(desk: Any
     refusal = committer.output_rules.take_refusal("t", 0, 1)
     assert refusal is not None and "INVALID_RECORD" in str(refusal)
     assert committer.output_rules.take_refusal("t", 0, 1) is None  # once
+
+
+def test_a_send_offsets_call_that_never_returns_gives_the_producer_up_and_redoes(
+    desk: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """librdkafka can ignore send_offsets_to_transaction's timeout once the group coordinator
+    it cached is gone (seen after a broker restart): the poll loop then stopped for good, no
+    commit and no stop ever again. The call is now bounded by the poll loop: the producer is
+    given up (never touched again), the partitions are redone and a new producer commits."""
+    monkeypatch.setattr(transactions, "_OFFSETS_WATCHDOG", 0.2)
+    committer, state, events, _ = desk
+    stuck = FakeProducer.instances[-1]
+    release = threading.Event()
+
+    def never_returns(*_args: Any) -> None:
+        release.wait(30)
+
+    stuck.send_offsets_to_transaction = never_returns  # type: ignore[method-assign]
+    _finish(state, 0, 1)
+    started = time.monotonic()
+    committer.commit_async([state])
+    assert time.monotonic() - started < 5, "the poll loop waited for a call that never returns"
+    assert events.log == ["lost", "assigned"]
+    assert ("purge",) not in stuck.calls, "a given-up producer was touched again"
+    fresh = events.states[state.tp]
+    fresh.window = InFlightWindow(start_offset=2, max_window=100, per_worker_capacity=100)
+    fresh.window.admit(2, b"k", worker=0, payload=None, now=0.0)
+    fresh.window.complete(2)
+    committer.commit_async([fresh])
+    assert FakeProducer.instances[-1] is not stuck
+    assert ("commit",) in FakeProducer.instances[-1].calls
+    release.set()
