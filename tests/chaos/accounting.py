@@ -61,8 +61,9 @@ def account_duplicates(
 ) -> None:
     """In-flight figures per member fault, and every duplicate tied to a fault (or not).
 
-    A member fault puts at risk the calls of the victim that were open at the fault or started
-    within a commit window before it (finished, but maybe not committed yet). A duplicate is
+    A member fault puts at risk the calls of the victim that were open at the fault or finished
+    within a commit window before it (finished, but maybe not committed yet), however long
+    before that window they started. A duplicate is
     explained if its first finished run is such a call, or ran around a server restart (a
     broker or ZooKeeper outage can cost a member its partitions or leases before it commits).
     """
@@ -81,7 +82,7 @@ def account_duplicates(
         for call in by_pid[pid]:
             running = call.start <= fault.t_fault <= call.end
             fault.in_flight += running
-            if running or fault.t_fault - window <= call.start <= fault.t_fault:
+            if running or fault.t_fault - window <= call.end <= fault.t_fault:
                 fault.at_risk += 1
                 at_risk.add((pid, call.rid))
     server_faults = [f for f in result.faults if f.kind in SERVER_FAULTS]

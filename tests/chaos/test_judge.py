@@ -81,6 +81,24 @@ def test_a_kill_excuses_only_the_records_above_what_its_victim_committed() -> No
     assert kill.redone_uncommitted == 1 and not result.unexplained_duplicates
 
 
+def test_a_long_call_that_finished_just_before_its_member_was_killed_is_at_risk() -> None:
+    """Seen in an exclusive topology run: five records started well before the commit window
+    and finished 10 ms before their member's SIGKILL; nothing could have committed them, yet
+    the judge, which only looked at when a call started, called their redo unexplained."""
+    kill = Fault("member_kill", 0.0, pid=1, t_fault=10 * S)  # exclusive: no commit snapshot
+    stable = states((0, 30, True))
+    first = Call(1, (KEY, 1), start=5 * S, end=int(9.99 * S), kind="E", partition=0, offset=7)
+    redo = Call(2, (KEY, 1), start=12 * S, end=int(12.1 * S), kind="E", partition=0, offset=7)
+    result = judge(first, redo, stable, [kill])
+    assert kill.at_risk == 1 and not result.unexplained_duplicates
+    # finished well before the window: a commit was due, its redo is a finding
+    kill = Fault("member_kill", 0.0, pid=1, t_fault=10 * S)
+    early = Call(1, (KEY, 2), start=1 * S, end=2 * S, kind="E", partition=0, offset=8)
+    again = Call(2, (KEY, 2), start=12 * S, end=int(12.1 * S), kind="E", partition=0, offset=8)
+    result = judge(early, again, stable, [kill])
+    assert kill.at_risk == 0 and len(result.unexplained_duplicates) == 1
+
+
 def _handed_over(*handovers: Handover) -> ChaosResult:
     """Finding 11 (partition leases): the record finished at 5.2 s while the group rebalanced
     (5 s to 10 s); the slow key's redo came only at 14 s, after 4 s of stable group."""
