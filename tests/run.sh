@@ -61,4 +61,4 @@ if [[ $(id -u) == 0 && -z "${KEYSHARED_NO_DOCKER:-}" ]]; then
 fi
 
 echo "== pytest"
-python -m pytest "$@"
+python -m pytest --durations=40 "$@"
