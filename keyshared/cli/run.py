@@ -215,7 +215,8 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     default=None,
     help="With --exactly-once: this member's transactional.id, one per replica (e.g. the pod "
     "name, so a restart aborts its predecessor's open transaction at once; never one for all "
-    "replicas: they would fence each other) [default: unique per run].",
+    "replicas: they would fence each other) [default: unique per run]. Not in exclusive mode "
+    "with --zookeeper: there the active role has the one id keyshared-<group>-active.",
 )
 @click.option(
     "--transaction-timeout",

@@ -25,6 +25,13 @@ def check_arguments(options: ConsumerOptions, coordinator: Any, handler: Any) ->
         raise ConfigurationError(
             "coordinator", f"expected a coordinator.ZooKeeperCoordinator, got {coordinator!r}"
         )
+    if coordinator is not None and options.mode is Mode.EXCLUSIVE and options.transactional_id:
+        raise ConfigurationError(
+            "transactional_id",
+            "exclusive mode with a coordinator uses one transactional.id for the group's "
+            "active role (keyshared-<group>-active), shared by every member so that each new "
+            "active member fences the last one at the broker; leave transactional_id unset",
+        )
     if handler is not None and not callable(handler):
         raise ConfigurationError("handler", f"must be callable, got {handler!r}")
     if handler is None and options.batch_size is not None:

@@ -24,6 +24,7 @@ from typing import Any, cast
 
 from keyshared.consumer.health_view import HealthView
 from keyshared.consumer.hotkeys_view import hot_keys_report
+from keyshared.core.modes import Mode
 from keyshared.core.poison import PoisonPolicy
 from keyshared.kafka.dlq import DeadLetterWriter
 from keyshared.kafka.kafka_consumer import KafkaConsumer
@@ -124,7 +125,12 @@ def assemble(
     parts.dispatcher = dispatcher = Dispatcher(
         options, runner.count, runner.submit, on_draining=runner.on_draining
     )
-    txn = transactional_store(consumer, config, options, metrics, dispatcher, request_stop)
+    txn = transactional_store(
+        consumer, config, options, metrics, dispatcher, request_stop,
+        # ZooKeeper's exclusive mode reads with assign(): the role's one transactional.id,
+        # not the group generation, fences a stalled ex-active member (modes/exclusive.py).
+        active_role=coordinator is not None and options.mode is Mode.EXCLUSIVE,
+    )  # fmt: skip
     if txn is not None:
         stack.callback(txn.close)
     executor = RecordExecutor(

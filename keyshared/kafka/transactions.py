@@ -28,6 +28,24 @@ it is pinned to its record first, which then takes its poison path instead of ru
 
 A producer fenced twice within a minute is the exception: another live process holds the
 ``transactional.id``, and a new producer would fence it back. The member stops instead.
+
+Exclusive mode with a coordinator hands one transactional identity from active member to
+active member (:class:`ActiveRole`): its members consume with ``assign()``, so the group
+generation fences nothing (KIP-447 needs a subscription), and only a shared
+``transactional.id`` lets the broker refuse a stalled ex-active member. A producer of the role
+exists only while the member is active; every ``init_transactions`` of it (the activation's,
+or a rebuild after a failure) is followed by a check that the lock is still this member's, so
+a producer that may commit was always initialised after the last holder's, and the next
+holder's initialisation fences it. A fence then means the role went elsewhere: the member
+gives the role up, instead of counting fences.
+
+```
+            serve_role()            activate(): init + lock still ours
+  standby ---------------> no producer -----------------------------> active (producer)
+                               ^                                          |
+                               |   deactivate() / fenced: role given up   |
+                               +------------------------------------------+
+```
 """
 
 from __future__ import annotations
@@ -40,7 +58,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -53,7 +71,7 @@ from confluent_kafka import (
 
 from keyshared.core.offsets import Encoded, decode_finished, encode_monotone
 from keyshared.core.runs import OffsetRuns
-from keyshared.errors import ConfigurationError
+from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import KafkaConsumer
@@ -65,6 +83,7 @@ from keyshared.runtime.partition import PartitionState
 from keyshared.settings import ConsumerOptions
 
 __all__ = [
+    "ActiveRole",
     "TransactionalCommitter",
     "check_producer_config",
     "producer_config",
@@ -104,6 +123,24 @@ _REFUSED_OUTPUT = frozenset(
 
 class _ProducerStuck(Exception):
     """A transactional call that never returned: its producer was given up."""
+
+
+class ActiveRole(Protocol):
+    """A role whose one transactional identity passes from member to member (exclusive mode
+    with a coordinator). Implemented by the mode; called by the committer on the poll thread."""
+
+    def still_held(self) -> bool:
+        """Whether this member holds the role now: one authoritative read, made after each
+        ``init_transactions`` of the role's producer."""
+
+    def fenced(self) -> None:
+        """The role's producer was fenced (or could not be confirmed): give the role up."""
+
+
+def active_role_transactional_id(group: str) -> str:
+    """The one ``transactional.id`` of a group's active role: every member of an exclusive
+    group uses it, so each new active member's ``init_transactions`` fences the last one's."""
+    return f"keyshared-{group}-active"
 
 
 def producer_config(
@@ -181,6 +218,7 @@ class TransactionalCommitter(Committer):
         producer_config: dict[str, Any],
         reset_to_end: bool = False,
         on_fenced: Callable[[], None] | None = None,
+        role: bool = False,
     ) -> None:
         super().__init__(consumer, metrics, dispatcher, self._lookup_state)
         self._producer_config = producer_config
@@ -197,7 +235,13 @@ class TransactionalCommitter(Committer):
         )
         self._events: MembershipEvents | None = None
         self._partitions: dict[str, int] = {}  # DLQ topic -> partition count
-        self._producer: Any = self._new_producer()  # None after a failure, until rebuilt
+        # Exclusive mode with a coordinator (role=True): no producer until serve_role() and
+        # activate(); the one of the role is built only while the lock is this member's.
+        self._role: ActiveRole | None = None
+        self._role_pending = role
+        self._active = False
+        # None after a failure, until rebuilt
+        self._producer: Any = None if role else self._new_producer()
         # Partitions whose redo could not read their committed offsets yet (broker away):
         # paused, stateless, retried before every transaction.
         self._redo_pending: set[TP] = set()
@@ -223,6 +267,64 @@ class TransactionalCommitter(Committer):
         producer.init_transactions(_TXN_TIMEOUT)
         return producer
 
+    # -- the active role (exclusive mode with a coordinator) -----------------------------------
+
+    def serve_role(self, role: ActiveRole) -> None:
+        """Caller: the exclusive member, when it joins (poll thread).
+        Affects: the producer exists only between :meth:`activate` and the role's end; a fence
+        gives the role up through ``role.fenced()`` instead of counting toward a stop."""
+        if not self._role_pending:
+            raise RuntimeError("serve_role on a committer built without role=True")
+        self._role = role
+
+    def activate(self) -> None:
+        """Caller: the exclusive member's activation, with the lock just won (poll thread).
+        Affects: a new producer of the role's ``transactional.id``. Its ``init_transactions``
+        fences the last holder's producer and settles that one's open transaction (aborted,
+        or its commit completed), so the committed offsets read next are final.
+
+        :raises KafkaException: the producer could not be initialised.
+        :raises KeySharedError: the lock was no longer this member's after the
+            initialisation (nothing of this member can commit).
+        """
+        self.deactivate()
+        self._active = True
+        if not self._build_role_producer():
+            self._active = False
+            raise KeySharedError("the active role was lost while its producer was initialised")
+
+    def deactivate(self) -> None:
+        """Caller: the exclusive member, at every end of the active role (poll thread).
+        Affects: the producer is dropped without committing anything (a transaction it left
+        open is aborted by the next holder's initialisation); no producer until the next
+        :meth:`activate`; pending redos are forgotten (the partitions left with the role)."""
+        self._active = False
+        self._redo_pending.clear()
+        self._redo_fencing.clear()
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                producer.purge()
+
+    def _build_role_producer(self) -> bool:
+        """A producer of the role, confirmed: True if the lock was this member's before its
+        ``init_transactions`` (a member that lost the role must not fence the one that has
+        it) and still after it (the one read that makes the producer's commits safe);
+        otherwise the role is given up."""
+        assert self._role is not None
+        producer = self._new_producer() if self._role.still_held() else None
+        if producer is None or not self._role.still_held():
+            if producer is not None:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    producer.purge()
+            log.error("the active role is no longer this member's: its transactional "
+                      "producer is not used")  # fmt: skip
+            self._active = False
+            self._role.fenced()
+            return False
+        self._producer = producer
+        return True
+
     def close(self) -> None:
         if self._producer is None:
             return
@@ -246,8 +348,8 @@ class TransactionalCommitter(Committer):
         True once fenced for good, although nothing was committed: nothing of this member
         can be committed any more, and a caller that retries until it succeeds (the
         shutdown's final commit) would only delay the stop by its drain timeout."""
-        if self.fenced:
-            return True
+        if self.fenced or (self._role_pending and not self._active):
+            return True  # nothing of this member can be committed (any more, or yet)
         return self._transact(list(states), skip_unchanged=False)
 
     # -- the transaction -----------------------------------------------------------------------
@@ -295,8 +397,14 @@ class TransactionalCommitter(Committer):
         if self.fenced:
             return False
         if self._producer is None:
+            if self._role_pending and not self._active:
+                return False  # a standby, or a role given up: nothing to commit
             try:
-                self._producer = self._new_producer()
+                if self._role is not None:
+                    if not self._build_role_producer():
+                        return False
+                else:
+                    self._producer = self._new_producer()
             except KafkaException as exc:
                 log.warning("transactional producer not ready yet: %s", exc)
                 return False
@@ -479,6 +587,18 @@ class TransactionalCommitter(Committer):
         member then stops committing and stops, and says why."""
         txn_id = self._producer_config.get("transactional.id")
         self._metrics.producer_fenced()
+        if self._role is not None:
+            log.error(
+                "the producer of the active role (transactional.id %r) was fenced (%s): "
+                "another member became active, or the broker timed out this member's "
+                "transaction. Giving the role up; its uncommitted records are redone by the "
+                "next active member.",
+                txn_id,
+                exc,
+            )
+            self.deactivate()
+            self._role.fenced()
+            return True
         now = time.monotonic()
         self._fences = [t for t in self._fences if now - t < _FENCE_WINDOW] + [now]
         if len(self._fences) < 2:
@@ -653,17 +773,33 @@ def transactional_store(
     metrics: Any,
     dispatcher: DispatchControl,
     on_fenced: Callable[[], None] | None = None,
+    active_role: bool = False,
 ) -> TransactionalCommitter | None:
     """The exactly-once cursor store, or None for an at-least-once consumer.
+
+    :param active_role: exclusive mode with a coordinator: the transactional identity is the
+        group's active role (:class:`ActiveRole`), not the member's.
 
     :param on_fenced: called once the producer is fenced (another live process took its
         ``transactional.id``): the run should stop.
     """
     if not options.exactly_once:
         return None
-    txn_id = options.transactional_id or default_transactional_id(
-        str(kafka_config["group.id"]), str(kafka_config.get("client.id", ""))
-    )
+    group = str(kafka_config["group.id"])
+    if active_role:
+        if options.transactional_id is not None:
+            raise ConfigurationError(
+                "transactional_id",
+                "exclusive mode with a coordinator uses one transactional.id for the active "
+                f"role ({active_role_transactional_id(group)!r}), shared by every member so "
+                "that each new active member fences the last one at the broker; leave "
+                "transactional_id unset",
+            )
+        txn_id = active_role_transactional_id(group)
+    else:
+        txn_id = options.transactional_id or default_transactional_id(
+            group, str(kafka_config.get("client.id", ""))
+        )
     reset = str(kafka_config.get("auto.offset.reset", "latest")).lower()
     return TransactionalCommitter(
         consumer,
@@ -672,4 +808,5 @@ def transactional_store(
         producer_config(kafka_config, txn_id, options.transaction_timeout),
         reset_to_end=reset in ("latest", "largest", "end"),
         on_fenced=on_fenced,
+        role=active_role,
     )

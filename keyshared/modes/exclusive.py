@@ -21,6 +21,14 @@ active are picked up at its next activation.
   back to standby: a new candidacy once the session is renewed. Handlers that were running go
   on until they finish; a renewed candidacy that wins starts only after they have.
 - **records** carry the lock's token (its sequence number, larger for every later holder).
+- **exactly-once**: ``assign()`` gives group metadata with generation -1, which the broker
+  never checks, so the lock check before a commit is the only ZooKeeper-side fence, and it is
+  check-then-act. The broker-side fence is the active role's one ``transactional.id``
+  (:class:`~keyshared.kafka.transactions.ActiveRole`): the producer is built at activation,
+  after the lock is won and before the committed offsets are read; its ``init_transactions``
+  fences the last active member's producer and settles that one's open transaction, and the
+  lock is checked again after it. A member stalled between its lock check and its commit
+  (a zombie) has its transaction refused; a fenced producer gives the role up.
 - **Kafka silent** past ``session.timeout.ms`` (cut off from Kafka, not ZooKeeper): the lock
   would stand while the member reads nothing, and every standby would wait for as long as the
   cut lasts. A standby leaves the queue then, and queues again once Kafka answers. The active
@@ -50,6 +58,7 @@ from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
+from keyshared.kafka.transactions import TransactionalCommitter
 from keyshared.modes.handback import HandBack, gone
 from keyshared.modes.kafka_liveness import KafkaLiveness, RoleWithdrawal
 from keyshared.modes.session_gate import SessionGate
@@ -126,6 +135,7 @@ class ExclusiveMember:
         self._consumer: KafkaConsumer = NOT_JOINED
         self._events: MembershipEvents | None = None
         self._committer: Committer | None = None
+        self._role_producer: TransactionalCommitter | None = None  # exactly-once only
         self._topics: list[str] = []
         self._candidacy: _Candidacy | None = None
         self._ready: _Candidacy | None = None  # won, waiting for fenced stragglers to finish
@@ -163,6 +173,9 @@ class ExclusiveMember:
         self._committer = self._ctx.kafka_committer or Committer(
             consumer, self._ctx.metrics, self._ctx.dispatcher, lambda tp: events.states.get(tp)
         )
+        if isinstance(self._committer, TransactionalCommitter):
+            self._role_producer = self._committer
+            self._role_producer.serve_role(self)
         self._gate.start()
         self._kafka.start()
         self._stand_by()
@@ -184,6 +197,7 @@ class ExclusiveMember:
         session."""
         self._closing = True
         candidacy, self._candidacy = self._candidacy, None
+        self._drop_role_producer()
         if candidacy is not None:
             candidacy.lock.cancel()
             self._hand_back.add(_ACTIVE, candidacy.give_up, self._activity_states())
@@ -222,9 +236,15 @@ class ExclusiveMember:
         if not self._assigned:
             candidacy.withdraw()  # a standby: out of the queue
             return
+        self._end_activity(candidacy)
+
+    def _end_activity(self, candidacy: _Candidacy) -> None:
+        """Give the active role up while the session stands: nothing more is committed, the
+        partitions go, and the lock stands until the activity's running handlers end."""
         self._require_events().lost(list(self._assigned))
         states = self._activity_states()
         self._assigned, self._states = [], []
+        self._drop_role_producer()
         with contextlib.suppress(KafkaException):
             self._consumer.assign([])
         candidacy.lock.cancel()
@@ -243,6 +263,10 @@ class ExclusiveMember:
         assert committer is not None
         timeout = self._ctx.options.startup_timeout
         try:
+            if self._role_producer is not None:
+                # Before the committed offsets are read: fences the last active member's
+                # producer and settles its open transaction, then checks the lock again.
+                self._role_producer.activate()
             partitions = _partitions_of(self._consumer, self._topics, timeout)
             starts = committer.starting_points(partitions, timeout)
         except ConfigurationError as exc:  # a topic is missing: no member can be active
@@ -286,6 +310,7 @@ class ExclusiveMember:
         """Activation failed: holding the lock while processing nothing would keep every
         standby waiting for good. Give it up (with retry) and stand by again."""
         log.error("%s could not become active (%r); standing by again", self._me, exc)
+        self._drop_role_producer()
         with contextlib.suppress(KafkaException):
             self._consumer.assign([])
         self._assigned, self._starts = [], {}
@@ -314,6 +339,7 @@ class ExclusiveMember:
             return
         events = self._require_events()
         events.lost(list(self._assigned))
+        self._drop_role_producer()
         # The lock went with the session; its handlers may still run: kept until they end.
         self._hand_back.add(_ACTIVE, gone, self._activity_states(), alive=False)
         self._assigned = []
@@ -364,18 +390,61 @@ class ExclusiveMember:
             self._gate.metrics.fenced()
             log.error("commit refused: %s is not (or may no longer be) the active member", self._me)
             return False
-        token = candidacy.lock.token
-        try:
-            children = self._zk.client.get_children(self._active_dir)
-        except KazooException as exc:
-            log.warning("checking the active lock before a commit failed: %s", exc)
+        held = self._lock_is_ours(candidacy)
+        if held is None:
             return False
-        sequences = sorted(int(name[-10:]) for name in children)
-        if token >= 0 and sequences and sequences[0] == token:
+        if held:
             return True
         self._gate.metrics.fenced()
         log.error("commit refused: the active lock of %s is no longer %s's", self._group, self._me)
         return False
+
+    def _lock_is_ours(self, candidacy: _Candidacy) -> bool | None:
+        """Whether ``candidacy``'s lock znode is the lowest contender now (one read); None if
+        ZooKeeper did not answer."""
+        token = candidacy.lock.token
+        try:
+            children = self._zk.client.get_children(self._active_dir)
+        except KazooException as exc:
+            log.warning("checking the active lock failed: %s", exc)
+            return None
+        sequences = sorted(int(name[-10:]) for name in children)
+        return token >= 0 and bool(sequences) and sequences[0] == token
+
+    # -- ActiveRole (the transactional committer, exactly-once only) ---------------------------
+
+    def still_held(self) -> bool:
+        """The lock is this member's now: checked after each ``init_transactions`` of the
+        role's producer (unknown counts as not held: that producer then commits nothing)."""
+        candidacy = self._candidacy
+        if candidacy is None or self._gate.lost or self._gate.suspended:
+            return False
+        return bool(self._lock_is_ours(candidacy))
+
+    def fenced(self) -> None:
+        """The role's producer was fenced: another member is active (or the broker ended this
+        member's transaction). Called inside a commit, so the role is given up from the
+        poll thread's inbox, not under the caller's feet."""
+        candidacy = self._candidacy
+        self._ctx.inbox.post(lambda: self._role_fenced(candidacy))
+
+    def _role_fenced(self, candidacy: _Candidacy | None) -> None:
+        if candidacy is None or candidacy is not self._candidacy:
+            return  # that activity ended meanwhile (its activation failed, the session went)
+        self._candidacy = None
+        self._ready = None
+        if self._assigned:
+            log.error("%s gave the active role of %s up: its producer was fenced",
+                      self._me, self._group)  # fmt: skip
+            self._end_activity(candidacy)
+        else:
+            candidacy.lock.cancel()
+            self._hand_back.add(_ACTIVE, candidacy.give_up)
+        self._stand_by()
+
+    def _drop_role_producer(self) -> None:
+        if self._role_producer is not None:
+            self._role_producer.deactivate()
 
     def _require_events(self) -> MembershipEvents:
         assert self._events is not None, "join() has not been called"

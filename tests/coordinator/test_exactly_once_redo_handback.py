@@ -4,6 +4,10 @@ The redo replaces a partition's state; the exclusive member (like partition leas
 state it activated. A shutdown whose drain times out then handed back the lock while the
 replacement state's call still ran, and the standby ran the same record beside it. The
 hand-back now waits for the dispatcher's stragglers of the partition too.
+
+The redo is caused by one transaction that fails (the test fails ``a``'s next commit, which
+aborts it). A fence would not do here: in exclusive mode with ZooKeeper the producer belongs to
+the active role, and a fenced one gives the role up instead of redoing.
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
+from typing import Any
 
-from confluent_kafka import Producer
+import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from coordinator import ZooKeeperCoordinator
 from keyshared import KeySharedConsumer
+from keyshared.kafka.transactions import TransactionalCommitter
 from tests.coordinator.conftest import NAMESPACE
 from tests.kafka.support.journal import produce, wait_for
 from tests.kafka.test_exactly_once import _committed_to_end
@@ -37,13 +43,32 @@ class Said(logging.Handler):
             self.event.set()
 
 
+def fail_next_commit_of(client_id: str, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Once the returned event is set, ``client_id``'s next ``commit_transaction`` fails with
+    an abortable error, as a broker that lost the transaction's state would make it."""
+    armed = threading.Event()
+    original = TransactionalCommitter._commit
+
+    def commit(committer: TransactionalCommitter) -> None:
+        if committer._producer_config.get("client.id") == client_id and armed.is_set():
+            armed.clear()
+            raise KafkaException(
+                KafkaError(KafkaError._STATE, "injected by the test", txn_requires_abort=True)
+            )
+        original(committer)
+
+    monkeypatch.setattr(TransactionalCommitter, "_commit", commit)
+    return armed
+
+
 def test_a_shutdown_after_a_redo_keeps_the_lock_until_the_slow_call_ends(
-    kafka_bootstrap: str, zookeeper_hosts: str, new_topic, new_group
-) -> None:
+    kafka_bootstrap: str, zookeeper_hosts: str, new_topic: Any, new_group: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     source = new_topic(partitions=1)
     out = new_topic(partitions=1)
     group = new_group("eos-redo-handback")
-    txn = {name: f"{name}-{uuid.uuid4().hex[:8]}" for name in ("a", "b")}
+    fail_a = fail_next_commit_of("a", monkeypatch)
     calls: dict[str, list[tuple[float, float]]] = {"a": [], "b": []}
     slow_started = {"a": threading.Event(), "b": threading.Event()}
 
@@ -70,7 +95,6 @@ def test_a_shutdown_after_a_redo_keeps_the_lock_until_the_slow_call_ends(
             poison="block",
             workers=4,
             exactly_once=True,
-            transactional_id=txn[name],
             commit_interval=0.2,
             drain_timeout=1.0,
         )
@@ -85,9 +109,7 @@ def test_a_shutdown_after_a_redo_keeps_the_lock_until_the_slow_call_ends(
         _committed_to_end(kafka_bootstrap, group, source, 60)
         threads["b"] = threading.Thread(target=b.run, daemon=True)
         threads["b"].start()  # the standby
-        Producer(
-            {"bootstrap.servers": kafka_bootstrap, "transactional.id": txn["a"]}
-        ).init_transactions(30)
+        fail_a.set()
         produce(kafka_bootstrap, source, [(b"k", 20)])  # a transaction to fail: the redo
         wait_for(redone.event.is_set, 60, "a's redo")
         produce(kafka_bootstrap, source, [(b"slow", 1)])
