@@ -365,8 +365,9 @@ class Dispatcher:
     def release(self, state: PartitionState, key: bytes | None, *, retry: bool) -> str | None:
         """Release a blocked or parked key; say what was released, or None if neither.
 
-        A blocked record is skipped (counted done) or, with ``retry``, run again from attempt
-        1. On a partition that is no longer active the block is only forgotten: the record is
+        A blocked record is skipped (counted done: a dead letter staged at its block is then
+        committed) or, with ``retry``, run again from attempt 1 (that letter dropped). On a
+        partition that is no longer active the block is only forgotten: the record is
         still incomplete, so the next owner gets it again. Releasing the null key releases
         every blocked unordered null-key record of the partition.
         """
@@ -389,6 +390,9 @@ class Dispatcher:
                 for entry in entries:
                     entry.attempt = 1
                     entry.first_failure = None
+                    # The dead letter staged at the block (exactly-once) was never committed:
+                    # the retry's own outcome (outputs, or a new letter) replaces it.
+                    state.outputs.staged.pop(entry.offset, None)
                     self._dispatch(entry.worker, [(state, entry)])
                 return "blocked"
         self.finish_many([(state, entry) for entry in entries])
@@ -679,7 +683,9 @@ class Dispatcher:
         lowest unfinished record (a withdrawn backoff, a block, what queued behind them),
         which must be read again if the new log still has it (a truncated log does).
 
-        Caller: the poll loop's rewinds. Affects: ``state``'s window, blocks and backoffs.
+        Caller: the poll loop's rewinds. Affects: ``state``'s window, blocks, backoffs and
+        uncommitted outputs (dropped: else they went out later in a transaction for unrelated
+        offsets of the new log, after the same keys' new outputs, or never).
         """
         with self._lock:
             self._withdraw_retries(state)
@@ -688,6 +694,7 @@ class Dispatcher:
             window = state.window
             cursor = window.safe_cursor if window is not None else state.committed
             state.window = None
+            state.outputs.drop()
             state.never_run.clear()
             state.blocked.clear()
             state.blocked_unordered.clear()

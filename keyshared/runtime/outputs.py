@@ -160,3 +160,10 @@ class PartitionOutputs:
     def give_back(self, kept: list[tuple[int, list[OutputMessage]]]) -> None:
         """Dispatcher lock: outputs the commit could not cover yet go first next time."""
         self.ready[:0] = kept
+
+    def drop(self) -> None:
+        """Dispatcher lock, nothing of the partition running: the log these outputs came from
+        is gone (a rewind). What was not committed of it is not committed: its records are
+        read again if the new log still has them, so their outputs come again with them."""
+        self.staged.clear()
+        self.ready.clear()

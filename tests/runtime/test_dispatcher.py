@@ -18,6 +18,7 @@ import pytest
 from keyshared.core.window import Entry
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.dispatcher import LIVENESS_HOLD, Dispatcher, Work
+from keyshared.runtime.outputs import OutputMessage
 from keyshared.runtime.partition import PartitionState
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import FakeMessage, records
@@ -236,3 +237,47 @@ def test_a_record_deferred_after_its_partition_was_removed_is_abandoned() -> Non
     b.dispatcher.defer(b.state, entry)
     assert b.state.running == 0
     assert b.dispatcher.holds() == {}
+
+
+def test_a_restart_after_a_rewind_drops_the_old_logs_outputs() -> None:
+    """Issue 36 D10: records of the old log that finished while the rewind waited for them
+    left their outputs ready; after the restart they went out in a transaction for the new
+    log's offsets, after the same keys' new outputs (or stayed in memory for good when the new
+    log was shorter). Their records are read again if the new log still has them."""
+    b = Bench()
+    b.admit([(0, b"a"), (1, b"b"), (2, b"c")])
+    for offset in (0, 1, 2):
+        entry = b.take(offset)
+        b.state.outputs.stage(offset, [OutputMessage("out", b"k", b"old-%d" % offset, None)])
+        b.dispatcher.finish(b.state, entry)
+    assert [o for o, _ in b.state.outputs.ready] == [0, 1, 2]
+    assert b.dispatcher.restart(b.state) == 3
+    assert b.state.outputs.ready == [] and b.state.outputs.staged == {}
+
+
+def test_a_release_with_retry_drops_the_dead_letter_staged_at_the_block() -> None:
+    """Issue 36 D9: with ``block_and_dead_letter`` and exactly-once, the dead letter is staged
+    at the block. A retry that then succeeded committed it beside the record's outputs, and a
+    retry that blocked again staged a second letter for the same record."""
+    b = Bench(poison="block_and_dead_letter")
+    b.admit([(0, b"k")])
+
+    def block_with_letter(text: bytes) -> None:
+        entry = b.take(0)
+        b.state.outputs.stage(0, [OutputMessage("dlq", b"k", text, None)])
+        b.dispatcher.block(b.state, entry, "boom")
+
+    block_with_letter(b"letter-1")
+    assert b.dispatcher.release(b.state, b"k", retry=True) == "blocked"
+    block_with_letter(b"letter-2")  # the retry fails again
+    assert b.dispatcher.release(b.state, b"k", retry=False) == "blocked"
+    assert [(o, [m.value for m in ms]) for o, ms in b.state.outputs.ready] == [(0, [b"letter-2"])]
+
+    b.admit([(1, b"j")])
+    entry = b.take(1)
+    b.state.outputs.stage(1, [OutputMessage("dlq", b"j", b"letter", None)])
+    b.dispatcher.block(b.state, entry, "boom")
+    b.dispatcher.release(b.state, b"j", retry=True)
+    b.state.outputs.stage(1, [OutputMessage("out", b"j", b"output", None)])  # succeeds now
+    b.dispatcher.finish(b.state, b.take(1))
+    assert [m.value for o, ms in b.state.outputs.ready if o == 1 for m in ms] == [b"output"]
