@@ -11,6 +11,14 @@ finished, and then it goes out in the same Kafka transaction as the offset that 
 finished. Payments with a malformed amount fail and are dead-lettered, in that transaction too.
 After the run the output and the DLQ are read with ``isolation.level=read_committed`` and the
 summary line counts duplicates (0) and per-customer order breaks (0).
+
+With ``--zookeeper HOST:PORT`` (``keyshared dev up`` prints it as ``KEYSHARED_ZOOKEEPER``) it runs
+in ``exclusive`` mode instead: two members, one active and one standby on a ZooKeeper lock. The
+active member is stopped a third of the way through and the standby takes over. Both use the
+group's one active-role ``transactional.id``, so the standby's activation fences the last active
+member's producer at the broker before it reads the committed offsets: output stays exactly once
+across the hand-over. (Exclusive mode blocks a failing customer rather than skip its payment,
+so that run has no malformed payments.)
 """
 
 from __future__ import annotations
@@ -24,12 +32,14 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 import keyshared
+from coordinator import ZooKeeperCoordinator
 
 REGIONS = ("eu", "us", "apac")
 
@@ -107,6 +117,54 @@ def read_committed(bootstrap: str, topic: str, run_id: str, expected: int) -> li
     return found
 
 
+class HandOver:
+    """Stops whichever member is active once it has enriched ``after`` payments; the standby
+    takes over. ``said`` is the summary's note on it."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.members: dict[str, keyshared.KeySharedConsumer] = {}
+        self.said = "; exclusive: no hand-over (too few payments)"
+        self._handled: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def count(self, name: str) -> None:
+        with self._lock:
+            self._handled[name] += 1
+            if self._handled[name] == self.after and "no hand-over" in self.said:
+                other = next(n for n in self.members if n != name)
+                self.said = (
+                    f"; exclusive: {name} stopped after {self.after} payments, {other} took over"
+                )
+                threading.Thread(target=self.members[name].stop).start()
+
+
+def exclusive_pair(
+    bootstrap: str, zookeeper: str, group: str, topic: str, out_topic: str, workers: int,
+    hand_over: HandOver,
+) -> list[keyshared.KeySharedConsumer]:  # fmt: skip
+    """Two exclusive members: one active, one standby, on the group's ZooKeeper lock."""
+
+    def handler(name: str) -> Callable[[keyshared.Record], None]:
+        def handle(record: keyshared.Record) -> None:
+            enrich(record, out_topic)
+            hand_over.count(name)
+
+        return handle
+
+    for name in ("a", "b"):
+        hand_over.members[name] = keyshared.KeySharedConsumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name},
+            [topic],
+            handler(name),
+            coordinator=ZooKeeperCoordinator(zookeeper, session_timeout=6),
+            mode="exclusive",
+            workers=workers,
+            exactly_once=True,
+        )
+    return list(hand_over.members.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap-servers", default=os.environ.get(
@@ -115,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--payments", type=int, default=2000)
     parser.add_argument("--bad-every", type=int, default=500)
     parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument("--zookeeper", default=os.environ.get("KEYSHARED_ZOOKEEPER"),
+                        help="exclusive mode: an active member and a standby, with a hand-over")
     args = parser.parse_args(argv)
+    if args.zookeeper:
+        args.bad_every = 0
     bootstrap, topic = args.bootstrap_servers, args.topic
     out_topic, dlq_topic = f"{topic}.enriched", f"{topic}.dlq"
     ensure_topics(bootstrap, [topic, out_topic, dlq_topic], 3)
@@ -123,22 +185,36 @@ def main(argv: list[str] | None = None) -> int:
     bad = produce_payments(bootstrap, topic, run_id, args.payments, args.bad_every)
     good = args.payments - bad
 
-    consumer = keyshared.KeySharedConsumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"enrich-{run_id}"},
-        [topic],
-        lambda record: enrich(record, out_topic),
-        workers=args.workers,
-        exactly_once=True,
-        poison="dead_letter",
-        retry=keyshared.RetryPolicy(max_attempts=2, initial_backoff=0.01),
-    )
-    signal.signal(signal.SIGINT, lambda *_: consumer.stop())
-    runner = threading.Thread(target=consumer.run)
-    runner.start()
+    group = f"enrich-{run_id}"
+    if args.zookeeper:
+        hand_over = HandOver(args.payments // 3)
+        consumers = exclusive_pair(bootstrap, args.zookeeper, group, topic, out_topic,
+                                   args.workers, hand_over)  # fmt: skip
+    else:
+        consumers = [keyshared.KeySharedConsumer(
+            {"bootstrap.servers": bootstrap, "group.id": group},
+            [topic],
+            lambda record: enrich(record, out_topic),
+            workers=args.workers,
+            exactly_once=True,
+            poison="dead_letter",
+            retry=keyshared.RetryPolicy(max_attempts=2, initial_backoff=0.01),
+        )]  # fmt: skip
+
+    def stop_all(*_: object) -> None:
+        for consumer in consumers:
+            consumer.stop()
+
+    signal.signal(signal.SIGINT, stop_all)
+    runners = [threading.Thread(target=c.run) for c in consumers]
+    for runner in runners:
+        runner.start()
     enriched = read_committed(bootstrap, out_topic, run_id, good)
+    handed_over = hand_over.said if args.zookeeper else ""
     letters = read_committed(bootstrap, dlq_topic, run_id, bad)
-    consumer.stop()
-    runner.join()
+    stop_all()
+    for runner in runners:
+        runner.join()
 
     ids = Counter((p["customer"], p["seq"]) for p in enriched)
     duplicates = sum(n - 1 for n in ids.values())
@@ -149,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"enriched {len(ids)}/{good} payments to {out_topic}, dead-lettered {len(letters)}/{bad} "
         f"to {dlq_topic}; duplicates {duplicates}, per-customer order breaks {order_breaks}"
+        f"{handed_over}"
     )
     ok = len(ids) == good and len(letters) == bad and not duplicates and not order_breaks
     return 0 if ok else 1

@@ -70,6 +70,26 @@ def test_enrich_service_outputs_and_dead_letters_exactly_once(kafka_bootstrap: s
     assert "duplicates 0, per-customer order breaks 0" in line, line
 
 
+def test_enrich_service_hands_the_active_role_over_exactly_once(
+    kafka_bootstrap: str, zookeeper_hosts: str
+) -> None:
+    done = _run(
+        "enrich_service.py",
+        kafka_bootstrap,
+        "--payments",
+        "900",
+        "--zookeeper",
+        zookeeper_hosts,
+        "--topic",
+        unique_name("ex-payments-x"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = done.stdout.strip().splitlines()[-1]
+    assert "enriched 900/900 payments" in line, line
+    assert "duplicates 0, per-customer order breaks 0" in line, line
+    assert "stopped after 300 payments" in line and "took over" in line, line
+
+
 def test_batch_sqlite_writes_each_batch_in_one_transaction_in_per_account_order(
     kafka_bootstrap: str,
 ) -> None:
