@@ -3,8 +3,7 @@
 Range cursors outlive the topic they describe. A topic deleted and created again under the
 same name, or a group whose Kafka offsets an operator reset while it was stopped
 (``kafka-consumer-groups --reset-offsets``), would otherwise resume at the old cursors and count
-every record below them as done: silent loss, or a reset that has no effect (issue 24, defects
-1 and 2).
+every record below them as done: silent loss, or a reset that has no effect.
 
 So the group keeps one small record per topic, ``topics/<topic>``::
 
@@ -204,7 +203,7 @@ def with_commit(
     committed = dict(record.committed)
     for partition, offset in offsets.items():
         # Nothing held (-1) is named like any other offset: a first commit that does not land
-        # leaves Kafka holding nothing, which must not read as a reset (issue 27).
+        # leaves Kafka holding nothing, which must not read as a reset.
         before = held.get(partition, -1)
         committed[partition] = (offset,) if before == offset else (offset, before)
     return replace(record, committed=committed, named_at=now)

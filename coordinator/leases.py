@@ -280,7 +280,7 @@ class PendingLease:
     def _withdraw(self) -> None:
         """Delete the queued znode, retried across a dropped connection (on the waiter's
         thread): left standing, it would block every later acquisition of its key for the
-        session's life (issue 24, defect 7). An expired session took it already."""
+        session's life. An expired session took it already."""
         try:
             self._client.retry(self._client.delete, self.path)
         except (NoNodeError, SessionExpiredError):

@@ -12,7 +12,7 @@ ratio (first start to last finish, start-up and tail included) is reported besid
   (0.79-1.03 measured on a loaded 2-core machine; a 2x slower per-record path falls below).
 - ``depth``: as ``io`` with 500 keys x 8 (4,000 records) and ``max_window=400``: the window
   pauses and resumes many times, so a bound that counts finished records or a slow resume
-  (issue 23's 2x regression) shows here, where the small ``io`` check never fills a window.
+  (a 2x regression once) shows here, where the small ``io`` check never fills a window.
   Floor **0.4**: keyshared measured 0.78 of the pool with window v2 and 0.09 before it.
 - ``noop``: three partitions, 30,000 records over 10k keys, 16 workers, no-op handler.
   keyshared must reach **0.4 x the naive thread pool** with a no-op task in steady state
@@ -142,7 +142,7 @@ def guard_cases() -> tuple[GuardCase, ...]:
             "the same as io, with the window ten times smaller than the topic (max_window=400 "
             "for 4,000 records), so the window's bound and pause/resume are exercised: a bound "
             "that counts finished records, or a resume that waits for librdkafka's next wake-up "
-            "(about a second), throttles keyshared here (issue 23's regression)",
+            "(about a second), throttles keyshared here",
             (("max_window", 400),),
             # A 6,000-record topic is fetched to its end at once, and a resumed partition then
             # waits for the outstanding long poll (fetch.wait.max.ms, 500 ms by default)

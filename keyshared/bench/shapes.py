@@ -2,7 +2,7 @@
 
 Why shapes: with the topic's records spread round-robin over 10,000 keys at 4 records per key,
 each key's FIFO in the window is almost always empty, so a window that does badly with deep
-per-key queues (a 2x regression, issue 23) looked fine. Each shape is a topic of its own:
+per-key queues (a 2x regression) looked fine. Each shape is a topic of its own:
 
 - ``"4"``, ``"8"``, ``"32"``: exactly that many records per key, over ``records / per_key``
   keys (10,000 at full size), interleaved at random by a seeded shuffle, so a key's records are
@@ -40,7 +40,7 @@ ZIPF_S = 1.1
 KEYS = 10_000  # keys of a full-size shape (uniform shapes: records = per_key x KEYS)
 QUICK_UNIFORM_KEYS = 250  # --quick: 1,000 / 2,000 / 8,000 records at 4 / 8 / 32 per key
 ZIPF_RECORDS = (20_000, 2_000)  # full, quick: the hottest key alone is ~15% of them
-SEED = 23  # issue 23; any fixed seed makes runs comparable
+SEED = 23  # any fixed seed makes runs comparable
 DEFAULT_SHAPES = ("4", "8", "32", ZIPF)
 HEADLINE_SHAPE = "8"  # where the once-per-scenario contenders (serial, quixstreams) run
 

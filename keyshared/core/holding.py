@@ -2,11 +2,10 @@
 
 Every coordinated mode holds things that another member waits for, and they share one rule:
 **a holding is given back only when no call of its keys runs any more** — after a plan change,
-a revoke, a lost session, a shutdown or an exception alike. Before this module each mode kept
-that rule in its own collections (stragglers, given-up ranges, a "ready" lock) and each path
-that forgot it was a defect (issue 24: a SIGTERM past ``drain_timeout`` handed work over while
-handlers still ran). Here the rule is written once, as a phase and a decision, and the adapters
-only do the I/O the decision names.
+a revoke, a lost session, a shutdown or an exception alike. Kept by each path for itself, the
+rule is forgotten by one of them (a SIGTERM past ``drain_timeout`` handing work over while
+handlers still run); here it is written once, as a phase and a decision, and the adapters only
+do the I/O the decision names.
 
 ::
 

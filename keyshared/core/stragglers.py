@@ -3,10 +3,9 @@
 A ``key_shared`` member whose ZooKeeper session expired drops its partitions at once (fencing),
 but it cannot stop a handler that is already running. When the member takes the range back,
 its re-read hands the same record, or the key's next one, to a new window; starting it beside
-the fenced call runs one key twice at once in one process (issue 24, defect 5). Holding the
-whole re-read back until every fenced call has ended would stop every other key behind one
-stuck handler (an earlier fix did, and was reverted). So the hold is per key: while a fenced
-call of key K runs, only K's records wait; every other key goes on.
+the fenced call runs one key twice at once in one process. Holding the whole re-read back until
+every fenced call has ended would stop every other key behind one stuck handler. So the hold
+is per key: while a fenced call of key K runs, only K's records wait; every other key goes on.
 
 :class:`KeyHolds` is that decision, without I/O or threads: the adapter tells it which calls a
 fenced partition still runs (``fence``), asks it for each record its windows release

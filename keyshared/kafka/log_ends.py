@@ -10,10 +10,10 @@ topic", ``rd_kafka_query_wmark_offsets_resp_cb``, and nothing asks for it again)
 timed out for the 60 s the test waited after the new leader was elected (the cache still named
 the dead one). One metadata request for the topic (``list_topics``) and it answered at once.
 
-``key_shared``'s low-watermark pass reads its topics' ends this way, and in the CI run of stop
-34 it stopped bringing the group's Kafka offsets up for the rest of the run
-(``tests/kafka/test_log_ends.py`` reproduces it; ``docs/chaos.md``, finding 29). Finding 26
-(:mod:`keyshared.kafka.keystate.topic`) was the same behaviour, worked around there with a new
+``key_shared``'s low-watermark pass reads its topics' ends this way; with the cached client it
+stopped bringing the group's Kafka offsets up for the rest of a run
+(``tests/kafka/test_log_ends.py`` reproduces it; ``docs/chaos.md`` has the history).
+:mod:`keyshared.kafka.keystate.topic` meets the same behaviour, worked around there with a new
 client.
 """
 

@@ -219,7 +219,7 @@ class PollLoop:
             )
         if self._keystate is not None:
             # Blocked records are cleared only for keys this member runs: in key_shared mode
-            # every member reads every partition, and the others' blocks are theirs (issue 24).
+            # every member reads every partition, and the others' blocks are theirs.
             accepts = {tp: self._dispatcher.admission(state) for tp, state in states.items()}
 
             def owns(tp: TP, key: bytes | None, offset: int) -> bool:

@@ -6,10 +6,9 @@ log was truncated below the position (an unclean leader election), or retention 
 reset forward only skips offsets (the window lets its cursor pass them). A reset **back**
 delivers offsets below what the window has taken in: the window cannot take them (it admits in
 offset order), and its cursor describes the old log, so committing it would count records of
-the new log as done that never ran. Before this module the consumer stopped with "offset 0
-admitted out of order", and a ``key_shared`` member's last low-watermark commit then put the
-old log's offsets on the new topic (issue 24, defect 1's live case:
-``tests/coordinator/test_topic_lifecycle.py``, which recreates a topic under a running group).
+the new log as done that never ran; a ``key_shared`` member's low-watermark commit would put
+the old log's offsets on the new topic (``tests/coordinator/test_topic_lifecycle.py``
+recreates a topic under a running group).
 
 So the partition starts again where the fetch went back to, as if newly assigned with nothing
 committed:

@@ -3,11 +3,10 @@ writes their last cursors and releases them, retrying what a lost connection bro
 
 Every mode gives things back — a partition lease after a revoke, a range after a plan change,
 the exclusive lock at shutdown — and each must stay held while a call of its keys still runs
-(:mod:`keyshared.core.holding` decides; this module does the I/O). Before it, partition leases
-kept their stragglers' leases, but ``key_shared`` released every lease at shutdown and
-``exclusive`` its lock, while handlers past ``drain_timeout`` still ran (issue 24, defect 4); and
-a release that failed on a dropped connection was logged and forgotten, leaving the znode to
-block every other member for the session's life (defect 7).
+(:mod:`keyshared.core.holding` decides; this module does the I/O), in every mode alike: also
+at shutdown, while handlers past ``drain_timeout`` still run. A release that fails on a dropped
+connection is retried, never forgotten: the znode left standing would block every other member
+for the session's life.
 
 :meth:`HandBack.tick` runs on the poll thread. :meth:`HandBack.leave` hands whatever still
 waits to a keeper thread, which ends the ZooKeeper session only once everything is released.

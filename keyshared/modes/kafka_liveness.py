@@ -2,8 +2,8 @@
 
 A member cut off from Kafka but not from ZooKeeper keeps its ZooKeeper session, so nothing in
 ZooKeeper ends by itself: in ``key_shared`` mode its range leases would stand, and the keys
-behind them wait, for as long as the partition lasts (issue 27: found by
-``tests/partitions/test_kafka_cut.py``). Kafka's own groups bound this with
+behind them wait, for as long as the partition lasts (``tests/partitions/test_kafka_cut.py``
+cuts a member off). Kafka's own groups bound this with
 ``session.timeout.ms``: a member that has not reached the group coordinator for that long is
 out, and librdkafka tells the member itself (partition mode's ``on_lost``). ``key_shared``
 reads by manual assignment, without a group, so nobody tells it; this does.

@@ -313,7 +313,7 @@ class KeySharedMember:
         """Queue for the ranges the plan in force gives this member that it neither holds nor
         waits for: a lease found gone (fenced) outside a session loss, or a queueing or grant
         that ZooKeeper's absence broke. Waiting for the next plan would leave them read by
-        nobody until some member comes or goes (docs/chaos.md, finding 21)."""
+        nobody until some member comes or goes."""
         for slots in self._held.take_fenced():
             log.info("range %s: its lease was found gone; queueing for it again", slots)
         self._queue_missing()

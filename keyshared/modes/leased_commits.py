@@ -85,7 +85,7 @@ class LeasedCommits:
     def commit_sync(self, states: Iterable[PartitionState]) -> bool:
         """The final commit before a partition changes hands. While the connection is down it
         waits for it (bounded by the session timeout): refused, it would hand the next owner
-        every record finished since the last commit (chaos finding 17)."""
+        every record finished since the last commit."""
         states = list(states)
         if states and self._gate.suspended:
             self._gate.await_connection()

@@ -1,13 +1,13 @@
 """What a ``key_shared`` member knows of its topics' life: their incarnation, their partitions.
 
 Two ways a topic changes under a group that Kafka's own consumer groups handle and a group
-of range cursors must handle itself (issue 24):
+of range cursors must handle itself:
 
 - **a new incarnation** (the topic recreated) or **an operator's offset reset** while the group
   was stopped: the stored cursors no longer describe the partitions. The rules are in
   :mod:`coordinator.incarnations`; here they are applied before every read of the cursors,
   and by the low-watermark pass, which also collects the cursors that stopped counting.
-- **partitions added** while the group runs (defect 9): members read every partition by
+- **partitions added** while the group runs: members read every partition by
   manual assignment, so nobody tells them. :meth:`TopicWatch.changed`, called from the poll
   loop's ``tick``, describes the topics every few seconds without blocking the poll thread
   (the admin client's futures are only looked at once done), and a change makes the member

@@ -9,8 +9,8 @@ for as long as the link to the broker lets it.
 It ran on the poll thread and used the consumer. A link to the broker that went silent between
 the read and the commit left the synchronous commit waiting for its socket timeout, a minute:
 no tick ran meanwhile, so the member did not notice Kafka's silence and kept its ranges, and
-their keys waited as long (found by the CI run of stop 30; reproduced by
-``tests/partitions/test_kafka_cut.py``, which blackholes the link exactly there). Now the pass
+their keys waited as long (``tests/partitions/test_kafka_cut.py`` blackholes the link exactly
+there). So the pass
 runs on a thread of its own, with a Kafka client of its own; the poll thread only starts it,
 and waits for it (bounded) only when the member leaves (:meth:`LowWatermarkPass.final`).
 
@@ -236,7 +236,7 @@ class LowWatermarkPass:
     def _within_logs(self, offsets: list[TopicPartition]) -> list[TopicPartition]:
         """``offsets`` without those above their partition's end: a cursor of an older
         incarnation of the topic, read before this member saw it recreated. Committed, it
-        would be where the group starts reading the new topic (issue 24, defect 1)."""
+        would be where the group starts reading the new topic."""
         kept = []
         for tp in offsets:
             high = log_end(self._kafka(), TopicPartition(tp.topic, tp.partition), PASS_TIMEOUT_S)

@@ -152,7 +152,7 @@ class RecordExecutor:
             self._terminal(state, entry, DeserializationError("value", exc), "deserialization")
             return None
         if not self._dispatcher.live():
-            # Again, right before the handler (chaos finding 18): a stall while decoding (a
+            # Again, right before the handler: a stall while decoding (a
             # SIGSTOP, a GC pause) outlives the session as well as one in the queue does. What
             # is left is the call itself, which fencing tokens cover.
             self._dispatcher.defer(state, entry)

@@ -4,7 +4,7 @@ The promise under test: a stuck key holds back only its own records. One partiti
 record's key blocks its handler for S seconds (60 s full, 8 s ``--quick``); then R records of
 other keys (200,000 full, 20,000 ``--quick``, keys drawn at random from 10k) follow. The
 consumer is ``keyshared run`` in a child process (:mod:`keyshared.bench.stuck_handler`), so the
-memory figure is the consumer's own. Three figures, each with the goal of issue 23:
+memory figure is the consumer's own. Three figures, each with its goal:
 
 - **finished during the stall** (goal >= 0.99 of R): the other records finished before the
   stuck key is released.

@@ -83,8 +83,7 @@ class TopicEnd:
         A client that keeps answering "not yet" for ``FRESH_CLIENT_AFTER_S`` is replaced by a
         new one: after a rolling restart of every broker a long-lived client answered "Local:
         Unknown partition" for the whole 30 s timeout while a client created after the restart
-        answered at once (docs/chaos.md, finding 26: an exclusive member's activation waited on
-        this, and the group on it).
+        answered at once (an exclusive member's activation waits on this, and the group on it).
 
         :raises KeyStateError: no answer within ``timeout``, or an error that is not transient.
         """
