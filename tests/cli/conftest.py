@@ -25,7 +25,8 @@ WAIT = 60.0
 
 
 @pytest.fixture
-def start(kafka_bootstrap: str) -> Iterator[StartConsumer]:
+def start(kafka_bootstrap: str, new_topic: object) -> Iterator[StartConsumer]:
+    """Consumers stopped after the test, before ``new_topic`` deletes their topics."""
     yield from consumers_for(kafka_bootstrap, WAIT)
 
 

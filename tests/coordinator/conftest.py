@@ -68,9 +68,10 @@ def layout(zk_client: ClientFactory) -> Iterator[GroupLayout]:
 
 
 @pytest.fixture
-def start(kafka_bootstrap: str, zookeeper_hosts: str) -> Iterator[StartMember]:
+def start(kafka_bootstrap: str, zookeeper_hosts: str, new_topic: object) -> Iterator[StartMember]:
     """Members on threads of the test, each with its own session (``members_for``), stopped
-    after the test (ask for it after ``new_topic`` so they stop before their topic goes)."""
+    after the test. It depends on ``new_topic`` so that its members stop before their topics
+    are deleted: a final commit to a deleted topic is retried for ``drain_timeout``."""
     # Imported here: members.py imports NAMESPACE from this module.
     from tests.coordinator.members import members_for
 
