@@ -141,12 +141,22 @@ def await_port_released(server: str, port: int) -> None:
     """Wait until `server` could bind `port` again, for a restart on the same address.
 
     After a SIGKILL the dead server's orphaned connections hold its port for a moment
-    (FIN_WAIT); this waits that out instead of failing the restart.
+    (FIN_WAIT); this waits that out instead of failing the restart. A port that accepts a
+    connection has another server listening on it: no wait will free it, so that fails at once.
 
-    :raises PortInUseError: the port is still taken after a minute (another process has it).
+    :raises PortInUseError: another process listens on the port, or it is still taken after a
+        minute.
     """
     deadline = time.monotonic() + _PORT_RELEASE_TIMEOUT_S
     while not port_is_free(port):
-        if time.monotonic() > deadline:
+        if _listening(port) or time.monotonic() > deadline:
             raise PortInUseError(server, port)
         time.sleep(0.2)
+
+
+def _listening(port: int) -> bool:
+    """Whether a server accepts connections on 127.0.0.1:``port`` (lingering connections of a
+    dead one do not)."""
+    with socket.socket() as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
