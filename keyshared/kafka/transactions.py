@@ -393,7 +393,11 @@ class TransactionalCommitter(Committer):
 
     def _ready(self) -> bool:
         """A usable producer and no redo half done; False (retried next time) otherwise.
-        Never after a fence: a new producer would fence the other holder back."""
+        Never after a fence: a new producer would fence the other holder back.
+
+        A commit that cannot start for want of a producer or of a redo is a failed commit
+        (``keyshared_commits_total{outcome="failed"}``): its outputs and offsets wait. A
+        standby of the active role, or a member that gave the role up, has nothing to commit."""
         if self.fenced:
             return False
         if self._producer is None:
@@ -406,9 +410,13 @@ class TransactionalCommitter(Committer):
                 else:
                     self._producer = self._new_producer()
             except KafkaException as exc:
+                self._metrics.commit(False)
                 log.warning("transactional producer not ready yet: %s", exc)
                 return False
-        return self._finish_redo()
+        if not self._finish_redo():
+            self._metrics.commit(False)
+            return False
+        return True
 
     def _dead_letter_topics_ready(self, states: list[PartitionState], taken: Taken) -> bool:
         """Hold the commit (cursor and outputs), as the at-least-once DLQ writer holds the

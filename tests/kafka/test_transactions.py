@@ -407,3 +407,46 @@ def test_a_send_offsets_call_that_never_returns_gives_the_producer_up_and_redoes
     assert FakeProducer.instances[-1] is not stuck
     assert ("commit",) in FakeProducer.instances[-1].calls
     release.set()
+
+
+def _failed_commits(committer: TransactionalCommitter) -> float:
+    return float(families.commits.labels(*committer._metrics._labels, "failed")._value.get())
+
+
+def test_a_commit_that_cannot_start_counts_as_failed(
+    desk: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36 D6: with no producer (the broker away, an authorization failure) or a redo
+    that cannot read the committed offsets, nothing was committed and nothing counted: the
+    commit-failure alert stayed quiet while outputs and offsets waited."""
+    committer, state, _, consumer = desk
+    _finish(state, 0)
+    committer._producer = None
+
+    def refuse(self: FakeProducer, timeout: float) -> None:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    monkeypatch.setattr(FakeProducer, "init_transactions", refuse)
+    before = _failed_commits(committer)
+    committer.commit_async([state])
+    assert _failed_commits(committer) == before + 1 and committer.transactions == 0
+    monkeypatch.undo()
+    monkeypatch.setattr(transactions, "Producer", FakeProducer)
+
+    def away() -> list[TopicPartition]:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    committer._redo_pending.add(("t", 1))
+    monkeypatch.setattr(consumer, "assignment", away)
+    committer.commit_async([state])
+    assert _failed_commits(committer) == before + 2 and committer.transactions == 0
+
+    standby = TransactionalCommitter(
+        consumer,
+        committer._metrics,
+        Dispatcher(ConsumerOptions(), 1, lambda _w, _works: None),
+        {"transactional.id": "x"},
+        role=True,
+    )
+    standby.commit_async([state])  # a standby commits nothing, and that is no failure
+    assert _failed_commits(committer) == before + 2
