@@ -53,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import re
 import threading
 import time
@@ -78,7 +79,7 @@ from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.output_rules import OutputRules
 from keyshared.kafka.seams import MembershipEvents
 from keyshared.runtime.control import DispatchControl
-from keyshared.runtime.outputs import OutputMessage
+from keyshared.runtime.outputs import OutputMessage, held_bytes
 from keyshared.runtime.partition import PartitionState
 from keyshared.settings import ConsumerOptions
 
@@ -219,8 +220,10 @@ class TransactionalCommitter(Committer):
         reset_to_end: bool = False,
         on_fenced: Callable[[], None] | None = None,
         role: bool = False,
+        max_transaction_bytes: int = ConsumerOptions.max_held_output_bytes,
     ) -> None:
         super().__init__(consumer, metrics, dispatcher, self._lookup_state)
+        self._max_transaction_bytes = max_transaction_bytes
         self._producer_config = producer_config
         self._reset_to_end = reset_to_end
         self._on_fenced = on_fenced
@@ -361,6 +364,62 @@ class TransactionalCommitter(Committer):
         offsets = self._offsets(states, skip_unchanged, taken)
         if not self._dead_letter_topics_ready(states, taken):
             return False
+        batches = self._batches(states, offsets, taken)
+        for i, (batch_states, batch_offsets, batch_taken) in enumerate(batches):
+            if not self._transact_one(batch_states, batch_offsets, batch_taken):
+                rest = batches[i + 1 :]
+                if rest:
+                    self._dispatcher.return_outputs(t for _, _, later in rest for t in later)
+                    for later_states, _, _ in rest:
+                        for state in later_states:
+                            state.commit_sent = None  # resend on the next try
+                return False
+        return True
+
+    def _batches(
+        self, states: list[PartitionState], offsets: list[TopicPartition], taken: Taken
+    ) -> list[tuple[list[PartitionState], list[TopicPartition], Taken]]:
+        """One commit's partitions in transactions of at most ``max_held_output_bytes`` of
+        outputs each: a backlog let out at once (a DLQ topic created after an outage) would
+        otherwise produce for longer than ``transaction_timeout``, abort, be redone, and carry
+        the same volume again, never committing. A partition's outputs depend only on its own
+        offsets, so whole partitions go together (one over the bound alone), those whose
+        outputs waited longest first. Partitions without outputs go with the first."""
+        weights = {id(state): held_bytes(items) for state, items in taken}
+        if sum(weights.values()) <= self._max_transaction_bytes:
+            return [(states, offsets, taken)]
+        ordered = sorted(taken, key=lambda t: t[0].outputs.taken_since or math.inf)
+        groups: list[Taken] = [[]]
+        size = 0
+        for state, items in ordered:
+            weight = weights[id(state)]
+            if groups[-1] and size + weight > self._max_transaction_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append((state, items))
+            size += weight
+        group_of = {id(state): i for i, group in enumerate(groups) for state, _ in group}
+        batches: list[tuple[list[PartitionState], list[TopicPartition], Taken]] = [
+            ([], [], group) for group in groups
+        ]
+        for state in states:
+            batches[group_of.get(id(state), 0)][0].append(state)
+        by_tp = {state.tp: group_of.get(id(state), 0) for state in states}
+        for tp in offsets:
+            batches[by_tp.get((tp.topic, tp.partition), 0)][1].append(tp)
+        log.info(
+            "%d bytes of outputs to commit exceed max_held_output_bytes (%d): committing them "
+            "in %d transactions, by partition",
+            sum(weights.values()),
+            self._max_transaction_bytes,
+            len(batches),
+        )
+        return batches
+
+    def _transact_one(
+        self, states: list[PartitionState], offsets: list[TopicPartition], taken: Taken
+    ) -> bool:
+        """One transaction: the outputs of ``taken`` that ``offsets`` cover, and ``offsets``."""
         outputs = self._covered(taken)
         if not offsets and not outputs:
             return True
@@ -817,4 +876,5 @@ def transactional_store(
         reset_to_end=reset in ("latest", "largest", "end"),
         on_fenced=on_fenced,
         role=active_role,
+        max_transaction_bytes=options.max_held_output_bytes,
     )
