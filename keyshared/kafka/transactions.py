@@ -8,6 +8,10 @@ metadata (so a member that lost its partitions is refused by the group generatio
 ``commit_transaction``. A record's outputs are therefore committed exactly when its offset is:
 read with ``isolation.level=read_committed``, every input has its outputs exactly once.
 
+A commit whose outputs weigh more than ``max_held_output_bytes`` runs several transactions in
+a row, of whole partitions (a partition's outputs only depend on its own offsets), so none
+produces more than the bound within ``transaction_timeout``.
+
 Outputs are produced only inside :meth:`TransactionalCommitter._transact`, never between
 commits, so an open transaction only ever holds what the offsets in it cover. Outputs of a
 record whose offset does not fit the commit metadata (the metadata overflowed) stay for a
