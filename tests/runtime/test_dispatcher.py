@@ -14,8 +14,10 @@ import weakref
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from keyshared.core.window import Entry
+from keyshared.kafka.backpressure import Backpressure
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.dispatcher import LIVENESS_HOLD, Dispatcher, Work
 from keyshared.runtime.outputs import OutputMessage
@@ -352,3 +354,33 @@ def test_a_partition_without_held_outputs_keeps_fetching_over_the_budget() -> No
     _finish_with_output(b, 0, b"a", 150)
     pause, _ = b.dispatcher.pressure({b.state.tp: b.state, other.tp: other}, set())
     assert pause == [b.state.tp]
+
+
+class _PausingConsumer:
+    def __init__(self) -> None:
+        self.paused: set[tuple[str, int]] = set()
+
+    def pause(self, tps: list[Any]) -> None:
+        self.paused.update((tp.topic, tp.partition) for tp in tps)
+
+    def resume(self, tps: list[Any]) -> None:
+        self.paused.difference_update((tp.topic, tp.partition) for tp in tps)
+
+    def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        return 0, 0
+
+
+def test_the_poll_loops_backpressure_pauses_for_held_outputs_and_exports_their_bytes() -> None:
+    b = Bench(max_held_output_bytes=100)
+    metrics = ConsumerMetrics("g", f"m-{uuid.uuid4().hex[:8]}")
+    consumer = _PausingConsumer()
+    backpressure = Backpressure(consumer, metrics)  # type: ignore[arg-type]
+    _finish_with_output(b, 0, b"a", 150)
+    backpressure.apply({b.state.tp: b.state}, b.dispatcher)
+    labels = {"group": "g", "member": metrics.member}
+    assert REGISTRY.get_sample_value("keyshared_held_output_bytes", labels) == 150
+    assert consumer.paused == {b.state.tp}
+    b.dispatcher.commit_snapshot([b.state], take_outputs=True)
+    backpressure.apply({b.state.tp: b.state}, b.dispatcher)
+    assert REGISTRY.get_sample_value("keyshared_held_output_bytes", labels) == 0
+    assert consumer.paused == set()
