@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from keyshared.errors import ConfigurationError
 from keyshared.runtime.outputs import OutputMessage, PartitionOutputs, held_bytes, message_bytes
+from keyshared.settings import ConsumerOptions
 
 _text = st.one_of(st.none(), st.binary(max_size=8), st.text(max_size=8))
 _headers = st.one_of(
@@ -53,3 +56,10 @@ def test_the_byte_count_is_the_weight_of_what_is_ready(steps: list[tuple[str, ob
             outputs.drop()
         assert outputs.ready_bytes == held_bytes(outputs.ready)
         assert (outputs.since is None) == (not outputs.ready) or step == "release"
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "64MiB"])
+def test_the_held_output_budget_must_be_a_positive_integer(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="max_held_output_bytes"):
+        ConsumerOptions(max_held_output_bytes=bad)  # type: ignore[arg-type]
+    assert ConsumerOptions().max_held_output_bytes == 64 * 1024 * 1024
