@@ -98,6 +98,11 @@ class ConsumerOptions:
         blocks ``read_committed`` readers of its output partitions and the next owner's
         committed-offset read. It also bounds how long one commit may take to produce its
         outputs. Must not exceed the broker's ``transaction.max.timeout.ms`` (15 min).
+    :param max_held_output_bytes: with ``exactly_once``: bytes (keys, values, headers) of
+        finished records' outputs the member holds while they wait for a transaction. At the
+        bound, fetching pauses for every partition holding outputs until they are under half
+        of it (a held commit: a missing DLQ topic, no producer, overflowed metadata); a
+        commit of more than this is split into several transactions, whole partitions each.
     """
 
     workers: int = 16
@@ -127,9 +132,10 @@ class ConsumerOptions:
     exactly_once: bool = False
     transactional_id: str | None = None
     transaction_timeout: float = 10.0
+    max_held_output_bytes: int = 67_108_864
 
     def __post_init__(self) -> None:
-        positive_ints = ("workers", "max_window", "per_worker_capacity")
+        positive_ints = ("workers", "max_window", "per_worker_capacity", "max_held_output_bytes")
         for name in positive_ints:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

@@ -225,6 +225,14 @@ def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
     help="With --exactly-once: seconds (transaction.timeout.ms) before the broker aborts the "
     "open transaction of a member that died; at most the broker's transaction.max.timeout.ms.",
 )
+@click.option(
+    "--max-held-output-bytes",
+    type=click.IntRange(min=1),
+    default=_DEFAULTS.max_held_output_bytes,
+    help="With --exactly-once: bytes of outputs waiting for a transaction at which fetching "
+    "pauses (until under half), and the most one transaction carries (a larger commit is "
+    "split by partition).",
+)
 @client_properties_option(
     metavar="KEY=VALUE",
     help="librdkafka property passed through (repeatable), e.g. -X fetch.max.bytes=1048576.",
@@ -262,6 +270,7 @@ def run(
     exactly_once: bool,
     transactional_id: str | None,
     transaction_timeout: float,
+    max_held_output_bytes: int,
     properties: tuple[str, ...],
     log_level: str,
 ) -> None:
@@ -356,6 +365,7 @@ def run(
             exactly_once=exactly_once or transactional_id is not None,
             transactional_id=transactional_id,
             transaction_timeout=transaction_timeout,
+            max_held_output_bytes=max_held_output_bytes,
         )
     except KeySharedError as exc:
         raise click.UsageError(str(exc)) from None

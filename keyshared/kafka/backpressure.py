@@ -1,7 +1,10 @@
 """Pause and resume fetching per partition as the windows fill and drain.
 
 The poll thread's only lever on memory: a window that holds ``max_window`` unfinished records
-pauses its partition, and one that drained to its low watermark resumes it. Poll thread only.
+pauses its partition, and one that drained to its low watermark resumes it; exactly-once
+outputs waiting for a commit pause the partitions holding them once they weigh
+``max_held_output_bytes`` (:meth:`keyshared.runtime.dispatcher.Dispatcher.pressure`). Poll
+thread only.
 """
 
 from __future__ import annotations
@@ -32,16 +35,20 @@ class Backpressure:
         self._consumer = consumer
         self._metrics = metrics
         self.paused: set[TP] = set()
+        self._held_output_bytes = 0
 
     def apply(self, states: Mapping[TP, PartitionState], dispatcher: Dispatcher) -> None:
         full, room = dispatcher.pressure(states, self.paused)
+        if dispatcher.held_output_bytes != self._held_output_bytes:
+            self._held_output_bytes = dispatcher.held_output_bytes
+            self._metrics.set_held_output_bytes(self._held_output_bytes)
         self.paused.update(full)
         self.paused.difference_update(room)
         pause = [TopicPartition(*tp) for tp in full]
         resume = [TopicPartition(*tp) for tp in room]
         if pause:
             self._consumer.pause(pause)
-            log.debug("paused %s: window full", [str(tp) for tp in pause])
+            log.debug("paused %s: window full or outputs held", [str(tp) for tp in pause])
         if resume:
             self._consumer.resume(resume)
             self._wake_fetcher(resume)

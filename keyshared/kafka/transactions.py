@@ -8,6 +8,10 @@ metadata (so a member that lost its partitions is refused by the group generatio
 ``commit_transaction``. A record's outputs are therefore committed exactly when its offset is:
 read with ``isolation.level=read_committed``, every input has its outputs exactly once.
 
+A commit whose outputs weigh more than ``max_held_output_bytes`` runs several transactions in
+a row, of whole partitions (a partition's outputs only depend on its own offsets), so none
+produces more than the bound within ``transaction_timeout``.
+
 Outputs are produced only inside :meth:`TransactionalCommitter._transact`, never between
 commits, so an open transaction only ever holds what the offsets in it cover. Outputs of a
 record whose offset does not fit the commit metadata (the metadata overflowed) stay for a
@@ -53,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import re
 import threading
 import time
@@ -78,7 +83,7 @@ from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.output_rules import OutputRules
 from keyshared.kafka.seams import MembershipEvents
 from keyshared.runtime.control import DispatchControl
-from keyshared.runtime.outputs import OutputMessage
+from keyshared.runtime.outputs import OutputMessage, held_bytes
 from keyshared.runtime.partition import PartitionState
 from keyshared.settings import ConsumerOptions
 
@@ -219,8 +224,10 @@ class TransactionalCommitter(Committer):
         reset_to_end: bool = False,
         on_fenced: Callable[[], None] | None = None,
         role: bool = False,
+        max_transaction_bytes: int = ConsumerOptions.max_held_output_bytes,
     ) -> None:
         super().__init__(consumer, metrics, dispatcher, self._lookup_state)
+        self._max_transaction_bytes = max_transaction_bytes
         self._producer_config = producer_config
         self._reset_to_end = reset_to_end
         self._on_fenced = on_fenced
@@ -361,6 +368,62 @@ class TransactionalCommitter(Committer):
         offsets = self._offsets(states, skip_unchanged, taken)
         if not self._dead_letter_topics_ready(states, taken):
             return False
+        batches = self._batches(states, offsets, taken)
+        for i, (batch_states, batch_offsets, batch_taken) in enumerate(batches):
+            if not self._transact_one(batch_states, batch_offsets, batch_taken):
+                rest = batches[i + 1 :]
+                if rest:
+                    self._dispatcher.return_outputs(t for _, _, later in rest for t in later)
+                    for later_states, _, _ in rest:
+                        for state in later_states:
+                            state.commit_sent = None  # resend on the next try
+                return False
+        return True
+
+    def _batches(
+        self, states: list[PartitionState], offsets: list[TopicPartition], taken: Taken
+    ) -> list[tuple[list[PartitionState], list[TopicPartition], Taken]]:
+        """One commit's partitions in transactions of at most ``max_held_output_bytes`` of
+        outputs each: a backlog let out at once (a DLQ topic created after an outage) would
+        otherwise produce for longer than ``transaction_timeout``, abort, be redone, and carry
+        the same volume again, never committing. A partition's outputs depend only on its own
+        offsets, so whole partitions go together (one over the bound alone), those whose
+        outputs waited longest first. Partitions without outputs go with the first."""
+        weights = {id(state): held_bytes(items) for state, items in taken}
+        if sum(weights.values()) <= self._max_transaction_bytes:
+            return [(states, offsets, taken)]
+        ordered = sorted(taken, key=lambda t: t[0].outputs.taken_since or math.inf)
+        groups: list[Taken] = [[]]
+        size = 0
+        for state, items in ordered:
+            weight = weights[id(state)]
+            if groups[-1] and size + weight > self._max_transaction_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append((state, items))
+            size += weight
+        group_of = {id(state): i for i, group in enumerate(groups) for state, _ in group}
+        batches: list[tuple[list[PartitionState], list[TopicPartition], Taken]] = [
+            ([], [], group) for group in groups
+        ]
+        for state in states:
+            batches[group_of.get(id(state), 0)][0].append(state)
+        by_tp = {state.tp: group_of.get(id(state), 0) for state in states}
+        for tp in offsets:
+            batches[by_tp.get((tp.topic, tp.partition), 0)][1].append(tp)
+        log.info(
+            "%d bytes of outputs to commit exceed max_held_output_bytes (%d): committing them "
+            "in %d transactions, by partition",
+            sum(weights.values()),
+            self._max_transaction_bytes,
+            len(batches),
+        )
+        return batches
+
+    def _transact_one(
+        self, states: list[PartitionState], offsets: list[TopicPartition], taken: Taken
+    ) -> bool:
+        """One transaction: the outputs of ``taken`` that ``offsets`` cover, and ``offsets``."""
         outputs = self._covered(taken)
         if not offsets and not outputs:
             return True
@@ -393,7 +456,11 @@ class TransactionalCommitter(Committer):
 
     def _ready(self) -> bool:
         """A usable producer and no redo half done; False (retried next time) otherwise.
-        Never after a fence: a new producer would fence the other holder back."""
+        Never after a fence: a new producer would fence the other holder back.
+
+        A commit that cannot start for want of a producer or of a redo is a failed commit
+        (``keyshared_commits_total{outcome="failed"}``): its outputs and offsets wait. A
+        standby of the active role, or a member that gave the role up, has nothing to commit."""
         if self.fenced:
             return False
         if self._producer is None:
@@ -406,9 +473,13 @@ class TransactionalCommitter(Committer):
                 else:
                     self._producer = self._new_producer()
             except KafkaException as exc:
+                self._metrics.commit(False)
                 log.warning("transactional producer not ready yet: %s", exc)
                 return False
-        return self._finish_redo()
+        if not self._finish_redo():
+            self._metrics.commit(False)
+            return False
+        return True
 
     def _dead_letter_topics_ready(self, states: list[PartitionState], taken: Taken) -> bool:
         """Hold the commit (cursor and outputs), as the at-least-once DLQ writer holds the
@@ -809,4 +880,5 @@ def transactional_store(
         reset_to_end=reset in ("latest", "largest", "end"),
         on_fenced=on_fenced,
         role=active_role,
+        max_transaction_bytes=options.max_held_output_bytes,
     )

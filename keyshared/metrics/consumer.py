@@ -160,6 +160,7 @@ class ConsumerMetrics:
         self._metadata_size = consumer.metadata_size.labels(group, member)
         self._metadata_left_out = consumer.metadata_left_out.labels(group, member)
         self._paused_partitions = consumer.paused_partitions.labels(group, member)
+        self._held_output_bytes = consumer.held_output_bytes.labels(group, member)
         self._workers_gauge = consumer.workers.labels(group, member)
 
     def partition(self, topic: str, partition: int) -> PartitionMetrics:
@@ -262,6 +263,10 @@ class ConsumerMetrics:
     def set_paused_partitions(self, n: int) -> None:
         """Set how many assigned partitions are paused for backpressure."""
         self._paused_partitions.set(n)
+
+    def set_held_output_bytes(self, n: int) -> None:
+        """Set how many bytes of exactly-once outputs wait for a transaction."""
+        self._held_output_bytes.set(n)
 
     def set_workers(self, n: int) -> None:
         """Set the worker count; queue-depth series exist (at zero) for exactly those workers,

@@ -198,6 +198,12 @@ class consumer:
     paused_partitions = _gauge(
         "paused_partitions", "Assigned partitions currently paused for backpressure.", MEMBER_LABELS
     )
+    held_output_bytes = _gauge(
+        "held_output_bytes",
+        "Exactly-once: bytes of finished records' outputs waiting for a transaction; at "
+        "max_held_output_bytes fetching pauses for the partitions holding them.",
+        MEMBER_LABELS,
+    )
     workers = _gauge("workers", "Worker threads (or async tasks) of the member.", MEMBER_LABELS)
     dispatch_hold_seconds = _gauge(
         "dispatch_hold_seconds",
@@ -295,6 +301,7 @@ CONSUMER_FAMILIES = (
     consumer.producer_fenced,
     consumer.worker_queue_depth,
     consumer.paused_partitions,
+    consumer.held_output_bytes,
     consumer.workers,
     consumer.dispatch_hold_seconds,
     consumer.split_keys,

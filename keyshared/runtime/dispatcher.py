@@ -116,6 +116,11 @@ class Dispatcher:
         self.split_keys = SplitKeyDetector()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        # Exactly-once held outputs (:meth:`pressure`): partitions paused for them, whether
+        # that pause was announced, and the bytes seen last.
+        self._held_by_outputs: set[TP] = set()
+        self._outputs_over = False
+        self.held_output_bytes = 0
 
     def use_ownership(self, ownership: Ownership) -> None:
         """Decide ownership with ``ownership`` from now on (wired before the first record)."""
@@ -628,22 +633,59 @@ class Dispatcher:
     def pressure(
         self, states: Mapping[TP, PartitionState], paused: set[TP]
     ) -> tuple[list[TP], list[TP]]:
-        """Which partitions' windows are full (to pause) and which of ``paused`` have room
-        again (to resume).
+        """Which partitions to pause and which of ``paused`` to resume, by two rules.
 
-        Caller: the poll loop's backpressure. Affects: nothing (the caller pauses).
+        A window full of unfinished records pauses its partition until it drains to its low
+        watermark. Exactly-once outputs waiting for a commit (held while a DLQ topic is
+        missing, the producer cannot be built or the metadata overflowed) are the other
+        memory fetching grows: once the member holds ``max_held_output_bytes`` of them, every
+        partition holding some pauses, and resumes once the total is under half of it and
+        its window allows. :attr:`held_output_bytes` is the total seen.
+
+        Caller: the poll loop's backpressure. Affects: nothing the caller does not do (it
+        pauses), besides which partitions count as paused for held outputs.
         """
         pause: list[TP] = []
         resume: list[TP] = []
+        budget = self._options.max_held_output_bytes
+        held_by_outputs = self._held_by_outputs
+        held_by_outputs &= paused  # resumed or forgotten by someone else (a redo, a rewind)
         with self._lock:
+            total = sum(state.outputs.ready_bytes for state in states.values())
+            over = total >= budget
+            lifted = 2 * total < budget
             for tp, state in states.items():
                 window = state.window
-                if window is None:
-                    continue
-                if tp not in paused and window.should_pause():
+                holds = over and bool(state.outputs.ready)
+                if tp in paused:
+                    drained = window is not None and window.should_resume()  # clears its latch
+                    if holds:
+                        held_by_outputs.add(tp)
+                    if tp in held_by_outputs:
+                        if lifted:
+                            held_by_outputs.discard(tp)
+                            if window is None or not window.paused:
+                                resume.append(tp)  # else the window rule resumes it
+                    elif drained:
+                        resume.append(tp)
+                elif (window is not None and window.should_pause()) or holds:
                     pause.append(tp)
-                elif tp in paused and window.should_resume():
-                    resume.append(tp)
+                    if holds:
+                        held_by_outputs.add(tp)
+        self.held_output_bytes = total
+        if over and held_by_outputs and not self._outputs_over:
+            self._outputs_over = True
+            log.warning(
+                "%d bytes of outputs wait for a commit (max_held_output_bytes %d): fetching "
+                "paused for the %d partition(s) holding them until under half of it "
+                "(keyshared_held_output_bytes)",
+                total,
+                budget,
+                len(held_by_outputs),
+            )
+        elif self._outputs_over and not held_by_outputs:
+            self._outputs_over = False
+            log.info("%d bytes of outputs wait for a commit: fetching resumed", total)
         return pause, resume
 
     def observe_positions(self, positions: Iterable[tuple[PartitionState, int]]) -> None:

@@ -29,11 +29,19 @@ instead of adding to a list that is committed or not depending on timing.
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple, Protocol
 
 from keyshared.errors import OutputError
 
-__all__ = ["Output", "OutputCheck", "OutputMessage", "PartitionOutputs"]
+__all__ = [
+    "Output",
+    "OutputCheck",
+    "OutputMessage",
+    "PartitionOutputs",
+    "held_bytes",
+    "message_bytes",
+]
 
 Headers = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
 
@@ -50,6 +58,23 @@ class OutputMessage(NamedTuple):
     value: str | bytes | None
     headers: Headers
     source_partition: int | None = None
+
+
+def message_bytes(message: OutputMessage) -> int:
+    """What a held message weighs for the held-output budget: its key, value and headers
+    (``len`` of a ``str``: its characters, a lower bound of its UTF-8 size; None weighs 0)."""
+    size = len(message.key or b"") + len(message.value or b"")
+    headers = message.headers
+    if headers:
+        pairs = headers.items() if isinstance(headers, dict) else headers
+        for name, value in pairs:
+            size += len(name) + len(value or b"")
+    return size
+
+
+def held_bytes(items: list[tuple[int, list[OutputMessage]]]) -> int:
+    """The weight of one partition's held outputs (as :meth:`PartitionOutputs.take` returns)."""
+    return sum(message_bytes(m) for _, messages in items for m in messages)
 
 
 class OutputCheck(Protocol):
@@ -121,13 +146,21 @@ class PartitionOutputs:
     ``staged`` is written by workers (one offset each, a single dict store) and read by the
     dispatcher; ``ready`` only under the dispatcher lock. Both die with the partition state, so
     outputs of a lost partition are discarded with its unfinished records.
+
+    ``ready_bytes`` weighs ``ready`` (:func:`message_bytes`), kept as it changes so the
+    backpressure bounds what waits for a commit without scanning it. ``since`` is when the
+    oldest output held here became ready (monotonic; None: nothing held), so a commit too
+    large for one transaction sends the partitions that waited longest first.
     """
 
-    __slots__ = ("ready", "staged")
+    __slots__ = ("ready", "ready_bytes", "since", "staged", "taken_since")
 
     def __init__(self) -> None:
         self.staged: dict[int, list[OutputMessage]] = {}
         self.ready: list[tuple[int, list[OutputMessage]]] = []
+        self.ready_bytes = 0
+        self.since: float | None = None
+        self.taken_since: float | None = None  # ``since`` of what the last take took
 
     def stage(self, offset: int, messages: list[OutputMessage]) -> None:
         """A record's handler succeeded (or its dead letter is built): hold its messages.
@@ -151,15 +184,26 @@ class PartitionOutputs:
         messages = self.staged.pop(offset, None)
         if messages:
             self.ready.append((offset, messages))
+            self.ready_bytes += sum(message_bytes(m) for m in messages)
+            if self.since is None:
+                self.since = time.monotonic()
 
     def take(self) -> list[tuple[int, list[OutputMessage]]]:
         """Dispatcher lock: everything ready, oldest first, for the next transaction."""
         taken, self.ready = self.ready, []
+        self.ready_bytes = 0
+        self.taken_since, self.since = self.since, None
         return taken
 
     def give_back(self, kept: list[tuple[int, list[OutputMessage]]]) -> None:
         """Dispatcher lock: outputs the commit could not cover yet go first next time."""
+        if not kept:
+            return
         self.ready[:0] = kept
+        self.ready_bytes += held_bytes(kept)
+        since = self.taken_since if self.taken_since is not None else time.monotonic()
+        if self.since is None or since < self.since:
+            self.since = since
 
     def drop(self) -> None:
         """Dispatcher lock, nothing of the partition running: the log these outputs came from
@@ -167,3 +211,5 @@ class PartitionOutputs:
         read again if the new log still has them, so their outputs come again with them."""
         self.staged.clear()
         self.ready.clear()
+        self.ready_bytes = 0
+        self.since = self.taken_since = None

@@ -407,3 +407,114 @@ def test_a_send_offsets_call_that_never_returns_gives_the_producer_up_and_redoes
     assert FakeProducer.instances[-1] is not stuck
     assert ("commit",) in FakeProducer.instances[-1].calls
     release.set()
+
+
+def _failed_commits(committer: TransactionalCommitter) -> float:
+    return float(families.commits.labels(*committer._metrics._labels, "failed")._value.get())
+
+
+def test_a_commit_that_cannot_start_counts_as_failed(
+    desk: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36 D6: with no producer (the broker away, an authorization failure) or a redo
+    that cannot read the committed offsets, nothing was committed and nothing counted: the
+    commit-failure alert stayed quiet while outputs and offsets waited."""
+    committer, state, _, consumer = desk
+    _finish(state, 0)
+    committer._producer = None
+
+    def refuse(self: FakeProducer, timeout: float) -> None:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    monkeypatch.setattr(FakeProducer, "init_transactions", refuse)
+    before = _failed_commits(committer)
+    committer.commit_async([state])
+    assert _failed_commits(committer) == before + 1 and committer.transactions == 0
+    monkeypatch.undo()
+    monkeypatch.setattr(transactions, "Producer", FakeProducer)
+
+    def away() -> list[TopicPartition]:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    committer._redo_pending.add(("t", 1))
+    monkeypatch.setattr(consumer, "assignment", away)
+    committer.commit_async([state])
+    assert _failed_commits(committer) == before + 2 and committer.transactions == 0
+
+    standby = TransactionalCommitter(
+        consumer,
+        committer._metrics,
+        Dispatcher(ConsumerOptions(), 1, lambda _w, _works: None),
+        {"transactional.id": "x"},
+        role=True,
+    )
+    standby.commit_async([state])  # a standby commits nothing, and that is no failure
+    assert _failed_commits(committer) == before + 2
+
+
+def _two_partitions_of(desk: Any, size: int) -> tuple[PartitionState, PartitionState]:
+    """Partition 0 of the desk and a partition 1, each with offsets 0 and 1 finished and
+    outputs of ``size`` bytes; partition 1's waited longer."""
+    _, first, events, _ = desk
+    second = PartitionState("t", 1, first.metrics, committed=0)
+    second.window = InFlightWindow(start_offset=0, max_window=100, per_worker_capacity=100)
+    events.states[second.tp] = second
+    for state in (first, second):
+        _finish(state)
+        for offset in (0, 1):
+            state.window.complete(offset)
+            value = b"%d-%d:" % (state.partition, offset)
+            message = OutputMessage("out", None, value.ljust(size // 2, b"x"), None)
+            state.outputs.stage(offset, [message])
+            state.outputs.release(offset)
+    first.outputs.since, second.outputs.since = 2.0, 1.0
+    return first, second
+
+
+def test_a_commit_over_the_byte_bound_goes_in_transactions_of_whole_partitions(desk: Any) -> None:
+    """Issue 36 D6: the backlog of a held commit (a DLQ topic created after an outage) went
+    out in one transaction, which could outlast transaction_timeout, abort, be redone and
+    carry the same volume again, never committing. Each transaction now carries whole
+    partitions under the bound, their offsets with exactly their outputs, oldest first."""
+    committer, _, _, _ = desk
+    committer._max_transaction_bytes = 100
+    first, second = _two_partitions_of(desk, 60)
+    committer.commit_async([first, second])
+    calls = FakeProducer.instances[-1].calls
+    transactions_ = _split(calls)
+    assert [
+        ([c[3][:4] for c in t if c[0] == "produce"], [c[1] for c in t if c[0] == "offsets"])
+        for t in transactions_
+    ] == [
+        ([b"1-0:", b"1-1:"], [[(1, 2)]]),
+        ([b"0-0:", b"0-1:"], [[(0, 2)]]),
+    ]
+    assert all(t[-1] == ("commit",) for t in transactions_) and committer.transactions == 2
+    assert first.committed == second.committed == 2
+
+
+def test_a_failed_transaction_of_a_split_commit_gives_the_later_partitions_outputs_back(
+    desk: Any,
+) -> None:
+    committer, _, events, _ = desk
+    committer._max_transaction_bytes = 100
+    first, second = _two_partitions_of(desk, 60)
+    held = list(first.outputs.ready)
+    producer = FakeProducer.instances[-1]
+    producer.fail_commit = KafkaError(KafkaError.ILLEGAL_GENERATION, txn_requires_abort=True)
+    assert not committer.commit_sync([first, second])
+    assert producer.calls.count(("begin",)) == 1  # stopped at the first failure
+    assert events.states.get(second.tp) is not second  # the failed one is redone
+    assert events.states[first.tp] is first and first.outputs.ready == held
+    assert first.commit_sent is None and first.outputs.ready_bytes == 60
+
+
+def _split(calls: list[tuple[Any, ...]]) -> list[list[tuple[Any, ...]]]:
+    """The producer's calls, one list per transaction (begin .. commit/abort)."""
+    out: list[list[tuple[Any, ...]]] = []
+    for call in calls:
+        if call == ("begin",):
+            out.append([])
+        elif out:
+            out[-1].append(call)
+    return out

@@ -14,8 +14,10 @@ import weakref
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from keyshared.core.window import Entry
+from keyshared.kafka.backpressure import Backpressure
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.dispatcher import LIVENESS_HOLD, Dispatcher, Work
 from keyshared.runtime.outputs import OutputMessage
@@ -281,3 +283,104 @@ def test_a_release_with_retry_drops_the_dead_letter_staged_at_the_block() -> Non
     b.state.outputs.stage(1, [OutputMessage("out", b"j", b"output", None)])  # succeeds now
     b.dispatcher.finish(b.state, b.take(1))
     assert [m.value for o, ms in b.state.outputs.ready if o == 1 for m in ms] == [b"output"]
+
+
+# -- exactly-once outputs held for a commit are bounded ------------------------------------------
+
+
+def _finish_with_output(b: Bench, offset: int, key: bytes, size: int) -> None:
+    """Finish ``offset`` (admitting it first) with one output of ``size`` bytes."""
+    if offset not in b.dispatched():
+        b.admit([(offset, key)])
+    entry = b.take(offset)
+    b.state.outputs.stage(offset, [OutputMessage("out", None, b"x" * size, None)])
+    b.dispatcher.finish(b.state, entry)
+
+
+def _pressure(b: Bench, paused: set[tuple[str, int]]) -> tuple[list[Any], list[Any]]:
+    """One backpressure step, applied to ``paused`` as the poll loop's does."""
+    pause, resume = b.dispatcher.pressure({b.state.tp: b.state}, paused)
+    paused.update(pause)
+    paused.difference_update(resume)
+    return pause, resume
+
+
+def test_held_outputs_pause_fetching_at_the_budget_and_resume_under_half(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 36 D6: outputs of finished records waiting for a commit (a missing DLQ topic, no
+    producer) were not counted by backpressure, which counts unfinished records only: they
+    grew without limit while fetching went on."""
+    b = Bench(max_held_output_bytes=100)
+    paused: set[tuple[str, int]] = set()
+    _finish_with_output(b, 0, b"a", 60)
+    assert _pressure(b, paused) == ([], []) and b.dispatcher.held_output_bytes == 60
+    with caplog.at_level(logging.INFO, logger="keyshared.runtime.dispatcher"):
+        _finish_with_output(b, 1, b"b", 40)
+        assert _pressure(b, paused) == ([b.state.tp], [])
+        assert _pressure(b, paused) == ([], [])  # paused once
+        _, taken = b.dispatcher.commit_snapshot([b.state], take_outputs=True)
+        b.dispatcher.return_outputs([(b.state, taken[0][1][:1])])  # 60 bytes: half or more
+        assert _pressure(b, paused) == ([], []) and b.dispatcher.held_output_bytes == 60
+        _, taken = b.dispatcher.commit_snapshot([b.state], take_outputs=True)
+        smaller = [(0, [OutputMessage("out", None, b"x" * 49, None)])]
+        b.dispatcher.return_outputs([(b.state, smaller)])
+        assert _pressure(b, paused) == ([], [b.state.tp]) and b.dispatcher.held_output_bytes == 49
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    infos = [r for r in caplog.records if r.levelno == logging.INFO]
+    assert len(warnings) == 1 and "100 bytes of outputs wait for a commit" in warnings[0].message
+    assert len(infos) == 1 and "resumed" in infos[0].message
+
+
+def test_a_window_paused_partition_is_not_resumed_by_the_held_outputs_rule() -> None:
+    """Both rules pause the partition: the outputs going out does not resume it while its
+    window is full, and its window draining does not resume it while the outputs are held."""
+    b = Bench(max_window=2, max_held_output_bytes=100)
+    paused: set[tuple[str, int]] = set()
+    _finish_with_output(b, 0, b"a", 120)
+    b.admit([(1, b"b"), (2, b"c")])  # two unfinished: the window is full
+    assert _pressure(b, paused) == ([b.state.tp], [])
+    b.dispatcher.commit_snapshot([b.state], take_outputs=True)  # the outputs went out
+    assert _pressure(b, paused) == ([], []), "resumed with a full window"
+    _finish_with_output(b, 1, b"b", 120)  # the window drains; outputs are held again
+    assert _pressure(b, paused) == ([], []), "resumed while the outputs are over the budget"
+    b.dispatcher.commit_snapshot([b.state], take_outputs=True)
+    assert _pressure(b, paused) == ([], [b.state.tp])
+
+
+def test_a_partition_without_held_outputs_keeps_fetching_over_the_budget() -> None:
+    b = Bench(max_held_output_bytes=100)
+    other = PartitionState("t", 1, b.state.metrics, committed=0)
+    _finish_with_output(b, 0, b"a", 150)
+    pause, _ = b.dispatcher.pressure({b.state.tp: b.state, other.tp: other}, set())
+    assert pause == [b.state.tp]
+
+
+class _PausingConsumer:
+    def __init__(self) -> None:
+        self.paused: set[tuple[str, int]] = set()
+
+    def pause(self, tps: list[Any]) -> None:
+        self.paused.update((tp.topic, tp.partition) for tp in tps)
+
+    def resume(self, tps: list[Any]) -> None:
+        self.paused.difference_update((tp.topic, tp.partition) for tp in tps)
+
+    def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        return 0, 0
+
+
+def test_the_poll_loops_backpressure_pauses_for_held_outputs_and_exports_their_bytes() -> None:
+    b = Bench(max_held_output_bytes=100)
+    metrics = ConsumerMetrics("g", f"m-{uuid.uuid4().hex[:8]}")
+    consumer = _PausingConsumer()
+    backpressure = Backpressure(consumer, metrics)  # type: ignore[arg-type]
+    _finish_with_output(b, 0, b"a", 150)
+    backpressure.apply({b.state.tp: b.state}, b.dispatcher)
+    labels = {"group": "g", "member": metrics.member}
+    assert REGISTRY.get_sample_value("keyshared_held_output_bytes", labels) == 150
+    assert consumer.paused == {b.state.tp}
+    b.dispatcher.commit_snapshot([b.state], take_outputs=True)
+    backpressure.apply({b.state.tp: b.state}, b.dispatcher)
+    assert REGISTRY.get_sample_value("keyshared_held_output_bytes", labels) == 0
+    assert consumer.paused == set()
