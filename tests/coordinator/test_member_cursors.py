@@ -7,7 +7,8 @@ write rate many times over, and every re-read read every cursor of the group.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -47,18 +48,27 @@ class Transactions:
         monkeypatch.setattr(client, "transaction", counted)
 
 
+@dataclass
+class Member:
+    """One member's session holding RANGES, a cursor writer each, its transactions counted."""
+
+    client: KazooClient
+    layout: GroupLayout
+    leases: RangeLeases
+    writers: list[CursorWriter]
+    transactions: Transactions
+
+
 @pytest.fixture
-def writers(
-    zk_client: ClientFactory, layout: GroupLayout
-) -> Iterator[tuple[KazooClient, RangeLeases, list[CursorWriter]]]:
-    """One member's session holding RANGES, a cursor writer each."""
+def member(
+    zk_client: ClientFactory, layout: GroupLayout, monkeypatch: pytest.MonkeyPatch
+) -> Member:
     client = zk_client()
     leases = RangeLeases(client, layout, "A")
-    yield (
-        client,
-        leases,
-        [CursorWriter(client, layout, leases.acquire(slots, generation=1)) for slots in RANGES],
-    )
+    writers = [
+        CursorWriter(client, layout, leases.acquire(slots, generation=1)) for slots in RANGES
+    ]
+    return Member(client, layout, leases, writers, Transactions(client, monkeypatch))
 
 
 def stage(writers: list[CursorWriter], offset: int, partitions: int = 4) -> None:
@@ -68,12 +78,14 @@ def stage(writers: list[CursorWriter], offset: int, partitions: int = 4) -> None
 
 
 def test_one_flush_writes_every_range_in_one_transaction(
-    writers: tuple[KazooClient, RangeLeases, list[CursorWriter]],
-    layout: GroupLayout,
-    monkeypatch: pytest.MonkeyPatch,
+    member: Member,
 ) -> None:
-    client, _, held = writers
-    transactions = Transactions(client, monkeypatch)
+    client, layout, held, transactions = (
+        member.client,
+        member.layout,
+        member.writers,
+        member.transactions,
+    )
     stage(held, 100)
     report = flush_together(held)
     assert report.written == dict.fromkeys(RANGES, 4)
@@ -90,14 +102,13 @@ def test_one_flush_writes_every_range_in_one_transaction(
 
 
 def test_a_released_lease_among_three_writes_nothing_and_the_others_are_written(
-    writers: tuple[KazooClient, RangeLeases, list[CursorWriter]],
-    layout: GroupLayout,
-    monkeypatch: pytest.MonkeyPatch,
+    member: Member,
 ) -> None:
-    client, leases, held = writers
+    client, layout, leases, held = member.client, member.layout, member.leases, member.writers
     stage(held, 100)
     assert len(flush_together(held).written) == 3
-    transactions = Transactions(client, monkeypatch)
+    transactions = member.transactions
+    transactions.committed = 0
     leases.release(held[1].lease)  # the middle range is gone: its writer is a zombie
     stage(held, 500)
     report = flush_together(held)
@@ -118,13 +129,11 @@ def test_a_released_lease_among_three_writes_nothing_and_the_others_are_written(
 
 
 def test_a_flush_past_the_size_bound_is_split_between_ranges_never_within_one(
-    writers: tuple[KazooClient, RangeLeases, list[CursorWriter]],
-    layout: GroupLayout,
-    monkeypatch: pytest.MonkeyPatch,
+    member: Member, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ZooKeeper refuses a request over ``jute.maxbuffer`` (about 1 MB): a member holding many
     ranges with large cursors writes them in as few transactions as fit the bound."""
-    client, _, held = writers
+    client, layout, held = member.client, member.layout, member.writers
     one_range = 8 * (len("/a/cursor/path/payments@0") + 200)
     monkeypatch.setattr(cursors_module, "MAX_TRANSACTION_BYTES", one_range)
     for writer in held:
@@ -193,9 +202,7 @@ def test_a_member_gaining_a_range_reads_only_the_cursors_overlapping_it(
 
 
 def test_a_member_writes_the_cursors_of_all_its_ranges_in_one_transaction_per_interval(
-    writers: tuple[KazooClient, RangeLeases, list[CursorWriter]],
-    layout: GroupLayout,
-    monkeypatch: pytest.MonkeyPatch,
+    member: Member,
 ) -> None:
     """The member side: a commit interval of a member holding three ranges, one of them
     fenced in the second interval (reported, forgotten; the other two written)."""
@@ -204,7 +211,7 @@ def test_a_member_writes_the_cursors_of_all_its_ranges_in_one_transaction_per_in
     from keyshared.modes.handback import HandBack
     from keyshared.modes.held_ranges import HeldRanges
 
-    client, leases, made = writers
+    client, layout, leases, made = member.client, member.layout, member.leases, member.writers
     by_lease = {writer.lease.path: writer for writer in made}
     fenced: list[str] = []
     hand_back = HandBack(SimpleNamespace(running=lambda _states: 0), lambda: True)  # type: ignore[arg-type]
@@ -215,7 +222,7 @@ def test_a_member_writes_the_cursors_of_all_its_ranges_in_one_transaction_per_in
         held.add(writer.slots, writer.lease)
     tps = [("payments", p) for p in range(4)]
     claims = {tp: PartitionClaims.resolve(held.tokens(), [], base=0) for tp in tps}
-    transactions = Transactions(client, monkeypatch)
+    transactions = member.transactions
 
     progress = [(tp, 100, OffsetRuns.coerce([]), 100) for tp in tps]
     assert held.write(progress, claims, force=False, suspended=False) == (True, [])
