@@ -312,9 +312,7 @@ class CursorWriter:
             self._directories.add(slots)
 
     def _learn(self, path: str, cursor: Cursor, result: Exception) -> None:
-        """What a failed op of a cursor says, for the next attempt. A multi stops at its first
-        failing op: those before it answer RolledBackError, those after it RuntimeInconsistency
-        (never run). Only the failing op says anything."""
+        """What the failing op of a cursor says, for the next attempt."""
         if isinstance(result, NodeExistsError):
             self._existing.add(path)  # a race: someone created it since the lookup
         elif isinstance(result, NoNodeError):
@@ -322,7 +320,7 @@ class CursorWriter:
             # create both again.
             self._existing.discard(path)
             self._directories.discard(cursor.slots)
-        elif not isinstance(result, RolledBackError | RuntimeInconsistency):
+        else:
             raise CoordinatorError(f"writing cursor {path} failed: {result!r}")
 
 
@@ -390,7 +388,6 @@ def flush_together(writers: Iterable[CursorWriter]) -> CursorFlush:
         for chunk in _chunks(batches):
             live = list(chunk)
             try:
-                _learn_existing(live)
                 _commit(live, report)
             except Exception as exc:
                 for batch in live:  # unanswered: written at the next flush
@@ -416,6 +413,7 @@ def _commit(live: list[_Batch], report: CursorFlush) -> None:
     ``live`` keeps the batches not written yet (for the caller to re-stage if this raises)."""
     attempts = _RACE_ATTEMPTS * len(live)
     while live:
+        _learn_existing(live)
         for batch in live:
             batch.writer._ensure_directories(batch.cursors)
         transaction = live[0].writer._client.transaction()
@@ -437,23 +435,36 @@ def _commit(live: list[_Batch], report: CursorFlush) -> None:
                 report.written[batch.writer.slots] = len(batch.cursors)
             live.clear()
             return
+        raced, waiting = False, len(live)
+        # A multi stops at its first failing op: those before it answer RolledBackError, those
+        # after it RuntimeInconsistency (never run). Only the failing op says anything.
         for (batch, i), result in zip(ops, results, strict=True):
             if not isinstance(result, Exception):
                 continue
-            if i >= 0:
-                batch.writer._learn(batch.paths[i], batch.cursors[i], result)
-            elif isinstance(result, NoNodeError | BadVersionError):
+            if isinstance(result, RolledBackError | RuntimeInconsistency):
+                continue
+            if i < 0 and isinstance(result, NoNodeError | BadVersionError):
                 slots = batch.writer.slots
                 what = f"write {len(batch.cursors)} cursor(s) of {slots}"
                 report.fenced[slots] = Fenced(batch.writer.lease.path, what)
                 live.remove(batch)
-                attempts += 1  # a fenced range is no race: the others get their attempt
-            elif not isinstance(result, RolledBackError | RuntimeInconsistency):
-                raise CoordinatorError(f"checking lease {batch.writer.lease.path}: {result!r}")
-        attempts -= 1
-        if attempts <= 0 and live:
-            names = ", ".join(str(batch.writer.slots) for batch in live)
-            raise CoordinatorError(f"cursor transaction for {names} kept racing; gave up")
+                continue
+            try:
+                if i < 0:
+                    raise CoordinatorError(f"checking lease {batch.writer.lease.path}: {result!r}")
+                batch.writer._learn(batch.paths[i], batch.cursors[i], result)
+                if isinstance(result, NoNodeError):  # collected: perhaps more than this one
+                    batch.writer._existing.difference_update(batch.paths)  # looked up again
+                raced = True
+            except CoordinatorError as exc:  # that range alone waits for the next flush
+                batch.writer._restage(batch.staged)
+                report.failed[batch.writer.slots] = exc
+                live.remove(batch)
+        if raced or len(live) == waiting:
+            attempts -= 1
+            if attempts <= 0 and live:
+                names = ", ".join(str(batch.writer.slots) for batch in live)
+                raise CoordinatorError(f"cursor transaction for {names} kept racing; gave up")
 
 
 def _learn_existing(batches: list[_Batch]) -> None:

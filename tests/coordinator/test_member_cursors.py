@@ -240,3 +240,22 @@ def test_a_member_writes_the_cursors_of_all_its_ranges_in_one_transaction_per_in
         (RANGES[1], 200),
         (RANGES[2], 200),
     }
+
+
+def test_a_cursor_collected_under_one_range_is_created_again_with_the_others(
+    member: Member,
+) -> None:
+    """The leader's pass deletes superseded cursors, directories too; the writer of one range
+    learns it from the failed transaction and the same flush writes every range."""
+    client, layout, held = member.client, member.layout, member.writers
+    stage(held, 100)
+    assert len(flush_together(held).written) == 3
+    client.delete(layout.cursor_range(RANGES[2]), recursive=True)
+    member.transactions.committed = 0
+    stage(held, 200)
+    report = flush_together(held)
+    assert report.written == dict.fromkeys(RANGES, 4) and not report.failed
+    assert member.transactions.committed == 2, "one try, one after learning the znode went"
+    assert {(c.slots, c.offset) for c in read_cursors(client, layout) if c.partition == 0} == {
+        (slots, 200) for slots in RANGES
+    }
