@@ -91,9 +91,10 @@ class SimMember:
 
         self.seen[change.generation] = time.monotonic()
         with self.lock:  # lose first: every range's final cursors, then release the lost
-            for writer in self.writers.values():  # (nothing in flight here)
-                self._stage(writer)
-            flush_together(list(self.writers.values()))
+            if change.release:  # (a drain of the whole member; nothing in flight here)
+                for writer in self.writers.values():
+                    self._stage(writer)
+                flush_together(list(self.writers.values()))
             for slots in change.release:
                 self.writers.pop(slots, None)
                 lease = self.held.pop(slots, None)
