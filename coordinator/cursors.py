@@ -215,6 +215,8 @@ class CursorWriter:
 
     A range put together from pieces that resume at different points can also be written piece
     by piece (:meth:`stage_pieces`): under each piece's own path, with this lease's token.
+    A member holding several ranges flushes their writers together, one transaction for all
+    (:func:`flush_together`).
 
     :param client: the kazoo client of the session that holds ``lease``.
     :param layout: the group's paths.

@@ -13,6 +13,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kazoo.client import KazooClient
 
 from coordinator import cursors as cursors_module
@@ -259,3 +261,21 @@ def test_a_cursor_collected_under_one_range_is_created_again_with_the_others(
     assert {(c.slots, c.offset) for c in read_cursors(client, layout) if c.partition == 0} == {
         (slots, 200) for slots in RANGES
     }
+
+
+@given(st.lists(st.integers(1, 700), max_size=30), st.integers(100, 1000))
+def test_ranges_are_split_over_transactions_only_past_the_bound(
+    sizes: list[int], bound: int
+) -> None:
+    """In order, whole ranges, every transaction within the bound unless one range alone is
+    larger, and a new transaction only when the next range would not fit."""
+    batches = [SimpleNamespace(size=size) for size in sizes]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cursors_module, "MAX_TRANSACTION_BYTES", bound)
+        chunks = cursors_module._chunks(batches)  # type: ignore[arg-type]
+    assert [b for chunk in chunks for b in chunk] == batches
+    for i, chunk in enumerate(chunks):
+        total = sum(b.size for b in chunk)
+        assert chunk and (total <= bound or len(chunk) == 1)
+        if i + 1 < len(chunks):
+            assert total + chunks[i + 1][0].size > bound
