@@ -8,7 +8,14 @@ the drain protocol and the consumer's integration are in ``docs/coordinator.md``
 
 from coordinator.assignment import AssignmentChange, AssignmentSnapshot, AssignmentWatch
 from coordinator.coordinator import ZooKeeperCoordinator
-from coordinator.cursors import Cursor, CursorWriter, read_cursors, start_positions
+from coordinator.cursors import (
+    Cursor,
+    CursorFlush,
+    CursorWriter,
+    flush_together,
+    read_cursors,
+    start_positions,
+)
 from coordinator.errors import (
     AcquireCancelled,
     CoordinatorError,
@@ -38,6 +45,7 @@ __all__ = [
     "CoordinatorError",
     "CoordinatorUnreachable",
     "Cursor",
+    "CursorFlush",
     "CursorWriter",
     "ExclusiveLock",
     "Fenced",
@@ -62,6 +70,7 @@ __all__ = [
     "SessionWatcher",
     "ZooKeeperCoordinator",
     "connect",
+    "flush_together",
     "read_cursors",
     "read_status",
     "start_positions",

@@ -10,8 +10,9 @@ Every flush is **one** ZooKeeper ``multi`` transaction: a ``check`` that the wri
 lease znode still exists, then one write per staged cursor. A zombie, whose lease was released
 or vanished with its session (and perhaps re-created by a new owner: a new znode, another
 path), gets :class:`Fenced` and nothing is written. Staging cursors in memory and flushing at
-the commit interval bounds the write rate at one transaction per range owner per interval,
-however many partitions and records there are.
+the commit interval bounds the write rate, however many partitions and records there are; a
+member flushes all its ranges' writers together (:func:`flush_together`): one transaction per
+member per interval, one ``check`` per lease in it, whatever the ranges.
 
 A new owner reads the cursors of every range overlapping its own (ranges split and merge between
 generations) and starts each partition at the lowest of them, :func:`start_positions`, which can
@@ -25,6 +26,7 @@ import json
 import logging
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
@@ -45,9 +47,12 @@ from keyshared.core.claims import StoredCursor, superseded
 from keyshared.core.slots import SlotRange
 
 __all__ = [
+    "MAX_TRANSACTION_BYTES",
     "Cursor",
+    "CursorFlush",
     "CursorWriter",
     "delete_superseded",
+    "flush_together",
     "read_cursors",
     "start_positions",
 ]
@@ -97,10 +102,13 @@ class Cursor:
 
 
 def read_cursors(
-    client: KazooClient, layout: GroupLayout, overlapping: SlotRange | None = None
+    client: KazooClient,
+    layout: GroupLayout,
+    overlapping: SlotRange | Iterable[SlotRange] | None = None,
 ) -> list[Cursor]:
-    """Stored cursors of every range (or only those overlapping ``overlapping``), ordered by
-    range, topic and partition.
+    """Stored cursors of every range (or only those overlapping ``overlapping``: one range or
+    several), ordered by range, topic and partition. Ranges not overlapping are never read:
+    one listing of the range directories, then only the ranges asked for.
 
     The reads are pipelined (kazoo's async calls, then their results): a group that has seen
     many plans keeps a cursor per range shape and partition, hundreds of znodes, and one round
@@ -108,7 +116,8 @@ def read_cursors(
     """
     ranges = [parse_range(name) for name in sorted(client.get_children(layout.cursors))]
     if overlapping is not None:
-        ranges = [slots for slots in ranges if slots.overlaps(overlapping)]
+        wanted = [overlapping] if isinstance(overlapping, SlotRange) else list(overlapping)
+        ranges = [slots for slots in ranges if any(slots.overlaps(w) for w in wanted)]
     listings = [(slots, client.get_children_async(layout.cursor_range(slots))) for slots in ranges]
     reads = []
     for slots, listing in listings:
@@ -206,6 +215,8 @@ class CursorWriter:
 
     A range put together from pieces that resume at different points can also be written piece
     by piece (:meth:`stage_pieces`): under each piece's own path, with this lease's token.
+    A member holding several ranges flushes their writers together, one transaction for all
+    (:func:`flush_together`).
 
     :param client: the kazoo client of the session that holds ``lease``.
     :param layout: the group's paths.
@@ -268,69 +279,206 @@ class CursorWriter:
             return len(self._staged)
 
     def flush(self) -> int:
-        """Write every staged cursor in one transaction conditional on the lease.
+        """Write every staged cursor in one transaction conditional on the lease (a
+        :func:`flush_together` of this writer alone).
 
         :return: the number of cursors written (0 writes nothing and costs nothing).
         :raises Fenced: the lease znode is gone; nothing was written and the staged cursors are
             dropped, since this member may no longer speak for the range.
         """
-        with self._flush_lock:
-            with self._lock:
-                staged, self._staged = self._staged, {}
-            if not staged:
-                return 0
+        report = flush_together([self])
+        if self.slots in report.fenced:
+            raise report.fenced[self.slots]
+        if self.slots in report.failed:
+            raise report.failed[self.slots]
+        return report.written.get(self.slots, 0)
+
+    def _take(self) -> _Batch | None:
+        """The staged cursors, now out of the stage (``_flush_lock`` held)."""
+        with self._lock:
+            staged, self._staged = self._staged, {}
+        if not staged:
+            return None
+        return _Batch(self, staged)
+
+    def _restage(self, staged: dict[tuple[str, int], list[Cursor]]) -> None:
+        """A write failed without an answer (e.g. connection lost): keep them for the next
+        flush, behind whatever was staged since."""
+        with self._lock:
+            self._staged = {**staged, **self._staged}
+
+    def _ensure_directories(self, cursors: list[Cursor]) -> None:
+        for slots in {c.slots for c in cursors} - self._directories:
+            with contextlib.suppress(NodeExistsError):
+                self._client.create(self._layout.cursor_range(slots), b"")
+            self._directories.add(slots)
+
+    def _learn(self, path: str, cursor: Cursor, result: Exception) -> None:
+        """What the failing op of a cursor says, for the next attempt."""
+        if isinstance(result, NodeExistsError):
+            self._existing.add(path)  # a race: someone created it since the lookup
+        elif isinstance(result, NoNodeError):
+            # Collected as superseded (delete_superseded), perhaps with its directory:
+            # create both again.
+            self._existing.discard(path)
+            self._directories.discard(cursor.slots)
+        else:
+            raise CoordinatorError(f"writing cursor {path} failed: {result!r}")
+
+
+MAX_TRANSACTION_BYTES = 512 * 1024
+"""A flush of several ranges is split into several transactions only past this many bytes of
+paths and data: half of ZooKeeper's default request limit (``jute.maxbuffer``, about 1 MB),
+which a ``multi`` must fit whole. One range's cursors always go in one transaction (its pieces
+share one version), however large."""
+
+_OP_BYTES = 64  # a multi op's own framing, generously (type, flags, version, lengths, ACL)
+_RACE_ATTEMPTS = 3  # per range in a transaction: races learnt before giving up
+
+
+@dataclass
+class CursorFlush:
+    """What one :func:`flush_together` did, per range.
+
+    :param written: cursors written per range (ranges with nothing staged are absent).
+    :param fenced: the ranges whose lease was gone: nothing of theirs was written, and what
+        they had staged is dropped.
+    :param failed: the ranges whose write failed otherwise (e.g. connection lost): their
+        cursors stay staged for the next flush.
+    :param transactions: the ``multi`` transactions committed or tried.
+    """
+
+    written: dict[SlotRange, int] = field(default_factory=dict)
+    fenced: dict[SlotRange, Fenced] = field(default_factory=dict)
+    failed: dict[SlotRange, Exception] = field(default_factory=dict)
+    transactions: int = 0
+
+
+class _Batch:
+    """One writer's staged cursors on their way into a transaction."""
+
+    def __init__(self, writer: CursorWriter, staged: dict[tuple[str, int], list[Cursor]]) -> None:
+        self.writer = writer
+        self.staged = staged
+        self.cursors = [cursor for pieces in staged.values() for cursor in pieces]
+        self.paths = [writer._layout.cursor(c.slots, c.topic, c.partition) for c in self.cursors]
+        self.data = [cursor.to_json() for cursor in self.cursors]
+        ops = sum(
+            len(path) + len(data) + _OP_BYTES
+            for path, data in zip(self.paths, self.data, strict=True)
+        )
+        self.size = len(writer.lease.path) + _OP_BYTES + ops
+
+
+def flush_together(writers: Iterable[CursorWriter]) -> CursorFlush:
+    """Write the staged cursors of several ranges' writers (of one session, distinct ranges) in
+    one ZooKeeper ``multi``: a ``check`` of each lease whose cursors are in it, then the writes.
+
+    A member's whole commit interval is then one transaction, however many ranges it holds.
+    Fencing is as strong as one range's flush: a lease found gone makes the transaction fail,
+    and it is tried again without that range's ops, so that range writes nothing and is
+    reported in :attr:`CursorFlush.fenced` while the others' cursors are written by the same
+    call. Past :data:`MAX_TRANSACTION_BYTES` the ranges are split over several transactions.
+    Never raises for a range's failure: each is reported (see :class:`CursorFlush`).
+    """
+    report = CursorFlush()
+    ordered = sorted(writers, key=lambda w: (w.slots, id(w)))
+    with contextlib.ExitStack() as locks:
+        for writer in ordered:  # one order for everyone: two flushes never deadlock
+            locks.enter_context(writer._flush_lock)
+        batches = [batch for writer in ordered if (batch := writer._take()) is not None]
+        for chunk in _chunks(batches):
+            live = list(chunk)
             try:
-                return self._write(staged)
-            except Fenced:
-                raise
-            except Exception:
-                with self._lock:  # e.g. connection lost: keep them for the next flush
-                    self._staged = {**staged, **self._staged}
-                raise
+                _commit(live, report)
+            except Exception as exc:
+                for batch in live:  # unanswered: written at the next flush
+                    batch.writer._restage(batch.staged)
+                    report.failed[batch.writer.slots] = exc
+    return report
 
-    def _write(self, staged: dict[tuple[str, int], list[Cursor]]) -> int:
-        cursors = [cursor for pieces in staged.values() for cursor in pieces]
-        paths = [self._layout.cursor(c.slots, c.topic, c.partition) for c in cursors]
-        self._learn_existing([path for path in paths if path not in self._existing])
-        for _attempt in range(3):
-            for slots in {c.slots for c in cursors} - self._directories:
-                with contextlib.suppress(NodeExistsError):
-                    self._client.create(self._layout.cursor_range(slots), b"")
-                self._directories.add(slots)
-            transaction = self._client.transaction()
-            transaction.check(self.lease.path, 0)
-            for path, cursor in zip(paths, cursors, strict=True):
-                if path in self._existing:
-                    transaction.set_data(path, cursor.to_json())
+
+def _chunks(batches: list[_Batch]) -> list[list[_Batch]]:
+    chunks: list[list[_Batch]] = []
+    size = 0
+    for batch in batches:
+        if not chunks or size + batch.size > MAX_TRANSACTION_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(batch)
+        size += batch.size
+    return chunks
+
+
+def _commit(live: list[_Batch], report: CursorFlush) -> None:
+    """Commit ``live`` in one transaction, retried without a fenced range and after a race;
+    ``live`` keeps the batches not written yet (for the caller to re-stage if this raises)."""
+    attempts = _RACE_ATTEMPTS * len(live)
+    while live:
+        _learn_existing(live)
+        for batch in live:
+            batch.writer._ensure_directories(batch.cursors)
+        transaction = live[0].writer._client.transaction()
+        ops: list[tuple[_Batch, int]] = []  # per op: its batch, its cursor's index (-1: check)
+        for batch in live:
+            transaction.check(batch.writer.lease.path, 0)
+            ops.append((batch, -1))
+            for i, (path, data) in enumerate(zip(batch.paths, batch.data, strict=True)):
+                if path in batch.writer._existing:
+                    transaction.set_data(path, data)
                 else:
-                    transaction.create(path, cursor.to_json())
-            results = transaction.commit()
-            if not any(isinstance(r, Exception) for r in results):
-                self._existing.update(paths)
-                return len(cursors)
-            if isinstance(results[0], NoNodeError | BadVersionError):
-                raise Fenced(self.lease.path, f"write {len(cursors)} cursor(s) of {self.slots}")
-            # A multi stops at its first failing op: those before it answer RolledBackError,
-            # those after it RuntimeInconsistency (never run). Only the failing op says anything.
-            for path, cursor, result in zip(paths, cursors, results[1:], strict=True):
-                if isinstance(result, NodeExistsError):
-                    self._existing.add(path)  # a race: someone created it since the lookup
-                elif isinstance(result, NoNodeError):
-                    # Collected as superseded (delete_superseded), perhaps with its directory:
-                    # create both again.
-                    self._existing.discard(path)
-                    self._directories.discard(cursor.slots)
-                elif isinstance(result, Exception) and not isinstance(
-                    result, RolledBackError | RuntimeInconsistency
-                ):
-                    raise CoordinatorError(f"writing cursor {path} failed: {result!r}")
-        raise CoordinatorError(f"cursor transaction for {self.slots} kept racing; gave up")
+                    transaction.create(path, data)
+                ops.append((batch, i))
+        report.transactions += 1
+        results = transaction.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            for batch in live:
+                batch.writer._existing.update(batch.paths)
+                report.written[batch.writer.slots] = len(batch.cursors)
+            live.clear()
+            return
+        raced, waiting = False, len(live)
+        # A multi stops at its first failing op: those before it answer RolledBackError, those
+        # after it RuntimeInconsistency (never run). Only the failing op says anything.
+        for (batch, i), result in zip(ops, results, strict=True):
+            if not isinstance(result, Exception):
+                continue
+            if isinstance(result, RolledBackError | RuntimeInconsistency):
+                continue
+            if i < 0 and isinstance(result, NoNodeError | BadVersionError):
+                slots = batch.writer.slots
+                what = f"write {len(batch.cursors)} cursor(s) of {slots}"
+                report.fenced[slots] = Fenced(batch.writer.lease.path, what)
+                live.remove(batch)
+                continue
+            try:
+                if i < 0:
+                    raise CoordinatorError(f"checking lease {batch.writer.lease.path}: {result!r}")
+                batch.writer._learn(batch.paths[i], batch.cursors[i], result)
+                if isinstance(result, NoNodeError):  # collected: perhaps more than this one
+                    batch.writer._existing.difference_update(batch.paths)  # looked up again
+                raced = True
+            except CoordinatorError as exc:  # that range alone waits for the next flush
+                batch.writer._restage(batch.staged)
+                report.failed[batch.writer.slots] = exc
+                live.remove(batch)
+        if raced or len(live) == waiting:
+            attempts -= 1
+            if attempts <= 0 and live:
+                names = ", ".join(str(batch.writer.slots) for batch in live)
+                raise CoordinatorError(f"cursor transaction for {names} kept racing; gave up")
 
-    def _learn_existing(self, unknown: list[str]) -> None:
-        """Which of ``unknown`` exist already, in one pipelined round trip. A range's next
-        holder finds its predecessors' cursor znodes: without this it would learn them one
-        failed transaction at a time."""
-        lookups = [(path, self._client.exists_async(path)) for path in unknown]
-        for path, lookup in lookups:
-            if lookup.get() is not None:
-                self._existing.add(path)
+
+def _learn_existing(batches: list[_Batch]) -> None:
+    """Which cursor znodes not known to exist do, in one pipelined round trip. A range's next
+    holder finds its predecessors' cursor znodes: without this it would learn them one failed
+    transaction at a time."""
+    lookups = [
+        (batch.writer, path, batch.writer._client.exists_async(path))
+        for batch in batches
+        for path in batch.paths
+        if path not in batch.writer._existing
+    ]
+    for writer, path, lookup in lookups:
+        if lookup.get() is not None:
+            writer._existing.add(path)

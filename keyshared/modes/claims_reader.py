@@ -2,9 +2,14 @@
 
 Kafka's committed offsets and the topics' incarnation records are read first, so that cursors
 of another topic incarnation (a recreated topic, offsets reset while the group was stopped)
-count for nothing; then every cursor of the group, decoding only those that changed since the
-last read; then each partition's claims: per held range, the latest holder's cursor, or the
-partition's base where no cursor covers it (:class:`keyshared.core.claims.PartitionClaims`).
+count for nothing; then the cursors of the ranges overlapping those held, decoding only those
+that changed since the last read; then each partition's claims: per held range, the latest
+holder's cursor, or the partition's base where no cursor covers it
+(:class:`keyshared.core.claims.PartitionClaims`).
+
+Only overlapping cursors can say where a held slot stands, so the others are never read: a
+re-read costs what the member holds, not what the group has (its members, its history of range
+shapes).
 """
 
 from __future__ import annotations
@@ -63,7 +68,8 @@ class ClaimsReader:
         committed = self._topics.read(consumer)
         self.stamps = self._topics.incarnations()
         layout = self._zk.layout(self._group)
-        valid, _ = self._topics.split(read_cursors(self._zk.client, layout))
+        overlapping = read_cursors(self._zk.client, layout, [slots for slots, _ in held])
+        valid, _ = self._topics.split(overlapping)
         decoded: Decoded = {}
         stored = stored_cursors(valid, self._decoded, decoded)
         self._decoded = decoded

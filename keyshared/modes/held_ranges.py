@@ -17,8 +17,8 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from coordinator.cursors import CursorWriter
-from coordinator.errors import CoordinatorError, Fenced
+from coordinator.cursors import CursorFlush, CursorWriter, flush_together
+from coordinator.errors import CoordinatorError
 from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease, RangeLeases
 from keyshared.core.claims import PartitionClaims
@@ -46,6 +46,8 @@ class HeldRanges:
     :param writer_of: a new cursor writer for a granted lease.
     :param on_fenced: called for a range whose lease was found gone (a metric).
     :param hand_back: where ranges given up wait for their stragglers and their release.
+    :param flush_all: writes several ranges' staged cursors at once (one transaction; see
+        :func:`coordinator.cursors.flush_together`).
     """
 
     def __init__(
@@ -54,8 +56,10 @@ class HeldRanges:
         writer_of: Callable[[Lease], CursorWriter],
         on_fenced: Callable[[], None],
         hand_back: HandBack,
+        flush_all: Callable[[list[CursorWriter]], CursorFlush] = flush_together,
     ) -> None:
         self._leases = leases
+        self._flush_all = flush_all
         self._writer_of = writer_of
         self._on_fenced = on_fenced
         self.hand_back = hand_back
@@ -93,16 +97,16 @@ class HeldRanges:
         suspended: bool,
         incarnations: Mapping[TP, Incarnation] | None = None,
     ) -> tuple[bool, list[SlotRange]]:
-        """Stage each held range's cursor in every partition and write them: one fenced
-        transaction a range. While ZooKeeper is away (``suspended``) they stay staged.
+        """Stage each held range's cursor in every partition and write them all in one
+        transaction, fenced by each range's lease (a range found fenced writes nothing; the
+        others are written all the same). While ZooKeeper is away (``suspended``) they stay
+        staged.
         Each cursor is stamped with its partition's topic incarnation (``incarnations``: the
         ones the claims were read in).
 
         :return: whether every write went through, and the ranges found fenced (forgotten
             here; the caller decides what else to stop).
         """
-        ok = True
-        fenced: list[SlotRange] = []
         for slots, writer in list(self._writers.items()):
             for tp, cursor, finished, seen_end in progress:
                 computed = cursors_for(slots, claims.get(tp), cursor, finished, seen_end)
@@ -124,21 +128,18 @@ class HeldRanges:
                         seen_end,
                         len(finished),
                     )
-            if suspended:
-                ok = False  # written once ZooKeeper answers again
+        if suspended:  # written once ZooKeeper answers again
+            for slots in self._writers:
                 self._forget_written(slots, progress)
-                continue
-            try:
-                written = writer.flush()
-                if written:
-                    trace.debug("wrote %s: %d cursor(s)", slots, written)
-            except Fenced:
-                ok = False
-                fenced.append(slots)
-            except Exception as exc:
-                ok = False
-                self._forget_written(slots, progress)
-                log.warning("writing the cursors of range %s failed: %r", slots, exc)
+            return False, []
+        report = self._flush_all(list(self._writers.values()))
+        for slots, written in report.written.items():
+            trace.debug("wrote %s: %d cursor(s)", slots, written)
+        fenced = list(report.fenced)
+        for slots, exc in report.failed.items():
+            self._forget_written(slots, progress)
+            log.warning("writing the cursors of range %s failed: %r", slots, exc)
+        ok = not report.fenced and not report.failed
         for slots in fenced:
             self.forget(slots)
         return ok, fenced
@@ -151,15 +152,17 @@ class HeldRanges:
         if suspended and self.hand_back.unwritten():
             raise CoordinatorError("ranges given up: cursors not written, ZooKeeper away")
         self.hand_back.write_pending()
-        writers = [(slots, w) for slots, w in self._writers.items() if w.pending]
-        for slots, writer in writers:
-            if suspended:
-                raise CoordinatorError(f"range {slots}: cursors not written, ZooKeeper away")
-            try:
-                writer.flush()
-            except Fenced:
-                if self._writers.get(slots) is writer:
-                    self.forget(slots)
+        writers = {slots: w for slots, w in self._writers.items() if w.pending}
+        if not writers:
+            return
+        if suspended:
+            raise CoordinatorError(f"range {min(writers)}: cursors not written, ZooKeeper away")
+        report = self._flush_all(list(writers.values()))
+        for slots in report.fenced:
+            if self._writers.get(slots) is writers[slots]:
+                self.forget(slots)
+        for exc in report.failed.values():
+            raise exc
 
     def _forget_written(self, slots: SlotRange, progress: Sequence[Progress]) -> None:
         for tp, *_ in progress:

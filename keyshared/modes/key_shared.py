@@ -10,10 +10,10 @@ post requests to the poll inbox.
 A change of assignment is applied like an eager rebalance, per member:
 
 1. **Loss** of a range: the member drains every partition, writes each held range's cursor
-   (one fenced ZooKeeper transaction per range), then releases the lost range's lease, which
-   is what the next owner is waiting for. The drain waits for every running record, even past
-   ``drain_timeout`` (:mod:`keyshared.modes.deferred_rebuild`): no member, this one included,
-   ever runs two records of a key at once.
+   (one ZooKeeper transaction for all of them, fenced by each range's lease), then releases
+   the lost range's lease, which is what the next owner is waiting for. The drain waits for
+   every running record, even past ``drain_timeout`` (:mod:`keyshared.modes.deferred_rebuild`):
+   no member, this one included, ever runs two records of a key at once.
 2. **Gain**: the lease is queued on a thread of its own (it waits for the old owner's drain);
    when it is granted the member drains and re-assigns its partitions from the lowest cursor
    of its ranges, counting as done every record a cursor already covers
@@ -221,7 +221,8 @@ class KeySharedMember:
         return self._flush(list(states), force=True)
 
     def _flush(self, states: list[PartitionState], force: bool) -> bool:
-        """Write each held range's cursor in every partition: one fenced transaction a range."""
+        """Write each held range's cursor in every partition: one transaction for all of them,
+        fenced by each range's lease."""
         if not self._held or not states:
             return not self._held or not states
         progress = self._dispatcher.progress(states)

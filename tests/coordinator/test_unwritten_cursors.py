@@ -14,6 +14,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from coordinator.cursors import CursorFlush
 from coordinator.errors import CoordinatorError, Fenced
 from keyshared.core.slots import SlotRange
 from keyshared.modes.handback import HandBack
@@ -30,6 +31,7 @@ class Writer:
         self.log = log
         self.fail = fail
         self.pending = 1
+        self.slots = RANGE  # the range it writes: set when held (held_ranges)
 
     def flush(self) -> int:
         if self.fail is not None:
@@ -40,14 +42,28 @@ class Writer:
         return 1
 
 
+def flush_each(writers: list[Writer]) -> CursorFlush:
+    """The stand-ins' flushes, reported as :func:`coordinator.cursors.flush_together` does."""
+    report = CursorFlush()
+    for writer in writers:
+        try:
+            report.written[writer.slots] = writer.flush()
+        except Fenced as exc:
+            report.fenced[writer.slots] = exc
+        except CoordinatorError as exc:
+            report.failed[writer.slots] = exc
+    return report
+
+
 def held_ranges(log: list[str], *writers: Writer) -> HeldRanges:
     """Ranges 0-99, 100-199, ... held, each with the next of ``writers``."""
     leases = SimpleNamespace(release=lambda lease: log.append("released"))
     queue = list(writers)
     hand_back = HandBack(_NoDispatcher(), lambda: True)  # type: ignore[arg-type]
-    held = HeldRanges(leases, lambda lease: queue.pop(0), lambda: None, hand_back)  # type: ignore[arg-type, return-value]
+    held = HeldRanges(leases, lambda lease: queue.pop(0), lambda: None, hand_back, flush_each)  # type: ignore[arg-type, return-value]
     for i in range(len(writers)):
         slots = SlotRange(100 * i, 100 * i + 99)
+        writers[i].slots = slots
         held.add(slots, SimpleNamespace(token=7 + i, key=str(slots)))  # type: ignore[arg-type]
     return held
 

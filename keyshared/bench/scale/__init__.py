@@ -16,9 +16,10 @@ Two measurements, both on the production code paths:
   (:class:`AssignmentLeader`, which runs the planner and writes the assignment), an
   :class:`AssignmentWatch`; on each generation it writes the final cursors of the ranges it
   loses and releases their leases, queues for the leases of the ranges it gains (the
-  mandatory drain: granted once the previous owner released), and re-reads the group's cursors
-  as the member does (:func:`read_cursors` of the whole group). Each commit interval every
-  held range writes one fenced cursor transaction covering every partition (a busy topic:
+  mandatory drain: granted once the previous owner released), and re-reads the cursors
+  overlapping the ranges it holds, as the member does. Each commit interval every member
+  writes the cursors of all its ranges in one transaction, a lease ``check`` per range
+  (:func:`~coordinator.cursors.flush_together`), covering every partition (a busy topic:
   every partition's cursor moved), and the leader runs the low-watermark pass every 5 s
   (read every cursor, delete the superseded ones). No Kafka and no handlers: a drain here is
   the coordination alone, with nothing in flight. ZooKeeper's own counters (``mntr``, and the

@@ -44,6 +44,8 @@ class ZooKeeperFigures:
     ranges: int
     steady_writes_per_s: float  # zxid/s with the commit rounds and the leader's pass
     steady_cursor_ops_per_s: float  # cursor znodes written per second
+    steady_cursor_transactions_per_s: float  # the members' cursor multis
+    cursor_transactions_per_member_round: float  # per member per commit interval: 1 at most
     steady_requests_per_s: float
     steady_server_cpu: float  # ZooKeeper's CPU (cores) meanwhile: private server only
     steady_harness_cpu: float  # this process's CPU (cores): the simulated members
@@ -76,21 +78,18 @@ def measure_zookeeper(
     events: int = 4,
     steady_s: float = 10.0,
     say: Callable[[str], None] = lambda _text: None,
-    reread_all: bool | None = None,
+    reread_all: bool = False,
 ) -> ZooKeeperFigures:
     """``members`` simulated members on the ZooKeeper at ``hosts``: form the group, run the
     commit rounds for ``steady_s``, then ``events`` churn events (join, leave, ...).
 
-    :param reread_all: members re-read every cursor of the group, as key_shared members do (default
-        up to 20 members), or only those of the ranges they hold (above: N members re-reading
-        everything in one Python process measures this process's CPU, not the coordinator);
-        each event then also times one whole-group read by one member.
+    :param reread_all: members re-read every cursor of the group, as key_shared members once
+        did, instead of only those overlapping the ranges they hold, as they do; each event
+        also times one whole-group read by one member.
     """
     from coordinator.assignment import read_assignment
     from coordinator.cursors import read_cursors
 
-    if reread_all is None:
-        reread_all = members <= 20
     group = SimGroup(hosts, members, partitions, reread_all)
     timeout = 60.0 + members * 1.0
     try:
@@ -118,6 +117,7 @@ def measure_zookeeper(
             churned.append(churn(group, index % 2 == 0, rng, timeout))
             say(f"event {index}: {asdict(churned[-1])}")
         group.rounds, group.passes, group.cursor_writes = [], [], 0
+        group.cursor_transactions = 0
         rounds = threading.Thread(target=group.rounds_loop, name="scale-rounds", daemon=True)
         before = mntr(hosts)
         t0 = time.monotonic()
@@ -155,6 +155,10 @@ def measure_zookeeper(
             ranges=len(snapshot.assignment),
             steady_writes_per_s=round(delta(after, before, "zxid") / elapsed, 1),
             steady_cursor_ops_per_s=round(group.cursor_writes / elapsed, 1),
+            steady_cursor_transactions_per_s=round(group.cursor_transactions / elapsed, 1),
+            cursor_transactions_per_member_round=round(
+                group.cursor_transactions / max(1, len(group.rounds) * members), 3
+            ),
             steady_requests_per_s=round(delta(after, before, "zk_packets_received") / elapsed, 1),
             steady_server_cpu=round(server_cpu / elapsed, 3),
             steady_harness_cpu=round(harness_cpu / elapsed, 3),

@@ -39,7 +39,7 @@ class SimMember:
         partitions: int,
         on_written: Callable[[Any], None],
         session_timeout: float = 30.0,
-        reread_all: bool = True,
+        reread_all: bool = False,
     ) -> None:
         from kazoo.client import KazooClient
 
@@ -86,18 +86,18 @@ class SimMember:
             writer.stage("scale", partition, self.offset)
 
     def _on_change(self, change: Any) -> None:
-        from coordinator.cursors import CursorWriter, read_cursors
+        from coordinator.cursors import CursorWriter, flush_together, read_cursors
         from coordinator.errors import CoordinatorError
 
         self.seen[change.generation] = time.monotonic()
-        with self.lock:  # lose first: final cursors, then release (nothing in flight here)
-            for slots in change.release:
-                writer = self.writers.pop(slots, None)
-                lease = self.held.pop(slots, None)
-                if writer is not None:
+        with self.lock:  # lose first: every range's final cursors, then release the lost
+            if change.release:  # (a drain of the whole member; nothing in flight here)
+                for writer in self.writers.values():
                     self._stage(writer)
-                    with contextlib.suppress(CoordinatorError):
-                        writer.flush()
+                flush_together(list(self.writers.values()))
+            for slots in change.release:
+                self.writers.pop(slots, None)
+                lease = self.held.pop(slots, None)
                 if lease is not None:
                     self.leases.release(lease)
         pending = [(s, self.leases.begin(s, generation=change.generation)) for s in change.acquire]
@@ -115,32 +115,29 @@ class SimMember:
                 self.writers[slots] = CursorWriter(self.client, self.layout, lease)
         if change.acquire or change.release:
             began = time.monotonic()  # the member's re-read
-            if self.reread_all:  # as a key_shared member does: every cursor of the group
+            if self.reread_all:  # as key_shared members did: every cursor of the group
                 cursors = read_cursors(self.client, self.layout)
-            else:  # only the ranges overlapping what it holds (docs/scaling.md: the lift)
-                cursors = [
-                    c for r in change.owned for c in read_cursors(self.client, self.layout, r)
-                ]
+            else:  # as a key_shared member does: the ranges overlapping what it holds
+                cursors = read_cursors(self.client, self.layout, change.owned)
             self.rereads.append((change.generation, time.monotonic() - began, len(cursors)))
-            with self.lock:  # the new ranges' first cursors
-                for slots in change.acquire:
-                    if slots in self.writers:
-                        self._stage(self.writers[slots])
-                        self.writers[slots].flush()
+            with self.lock:  # the new ranges' first cursors, in one transaction
+                gained = [self.writers[s] for s in change.acquire if s in self.writers]
+                for writer in gained:
+                    self._stage(writer)
+                flush_together(gained)
         self.settled[change.generation] = time.monotonic()
 
-    def flush(self) -> int:
-        """One commit interval: every held range writes its cursors (one fenced transaction)."""
-        from coordinator.errors import CoordinatorError
+    def flush(self) -> tuple[int, int]:
+        """One commit interval: the cursors of every held range in one transaction, fenced by
+        each range's lease, as the member does; (cursors written, transactions)."""
+        from coordinator.cursors import flush_together
 
         self.offset += 100
-        written = 0
         with self.lock:
-            for writer in list(self.writers.values()):
+            for writer in self.writers.values():
                 self._stage(writer)
-                with contextlib.suppress(CoordinatorError):
-                    written += writer.flush()
-        return written
+            report = flush_together(list(self.writers.values()))
+        return sum(report.written.values()), report.transactions
 
     def close(self) -> None:
         """Leave as a stopping member does: final cursors, then end the session (its member,
@@ -170,6 +167,7 @@ class SimGroup:
         self.stop_rounds = threading.Event()
         self.rounds: list[float] = []
         self.cursor_writes = 0
+        self.cursor_transactions = 0
         self.passes: list[float] = []
         self.pool = ThreadPoolExecutor(8, thread_name_prefix="scale-flush")
 
@@ -212,7 +210,9 @@ class SimGroup:
 
     def commit_round(self) -> None:
         began = time.monotonic()
-        self.cursor_writes += sum(self.pool.map(lambda m: m.flush(), list(self.members)))
+        for written, transactions in self.pool.map(lambda m: m.flush(), list(self.members)):
+            self.cursor_writes += written
+            self.cursor_transactions += transactions
         self.rounds.append(time.monotonic() - began)
 
     def watermark_pass(self) -> None:
