@@ -219,6 +219,10 @@ def test_a_member_whose_session_expires_is_fenced_and_the_new_owner_keeps_order(
         return False
 
     a.zk.client.add_listener(on_lost)  # type: ignore[attr-defined]
+    # The group's cursors as A's session ends. Read before the expiry too: a cursor znode is
+    # named by its slots, so once B holds A's range B's first flush overwrites A's cursor, and
+    # a read after ``expire_session`` returns may already find B's there (CI run of stop 40).
+    before_expiry = admin.status(group).cursors
     expire_session(a.zk.client, zookeeper_hosts)  # type: ignore[attr-defined]
     at_expiry = {(c.slots, c.topic, c.partition): c for c in admin.status(group).cursors}
     wait_until(
@@ -254,14 +258,15 @@ def test_a_member_whose_session_expires_is_fenced_and_the_new_owner_keeps_order(
     events = _second_life(events, pid=1, since=expired, new_pid=3)
     report = check(events, seq.counts)
     assert not report.missing and not report.violations, report.summary()
-    # And B took over from A's last cursor: nothing A's cursor counted done ran again.
+    # And B took over from A's last cursor: nothing the group's cursors counted done as A's
+    # session ended ran again. Every member's cursor counts: B's join may already have moved
+    # a drained part of A's range to B, whose cursor then carries that part's progress.
     done_at_expiry = {
         offset
-        for c in at_expiry.values()
-        if c.member_id == "A"
+        for c in before_expiry
         for offset in [*range(c.offset), *decode_finished(c.offset, c.metadata)]
     }
-    assert others_done <= done_at_expiry, "A's cursor at expiry is not the one awaited"
+    assert others_done <= done_at_expiry, "the group's cursors at expiry are not the ones awaited"
     again = [e for e in events if e.kind == "S" and e.t > expired and e.offset in done_at_expiry]
     assert not again, f"records A's cursor counted done ran again: {again[:5]}"
     assert [e.pid for e in events if e.key == stuck and e.seq == 3 and e.kind == "E"], (
@@ -270,7 +275,9 @@ def test_a_member_whose_session_expires_is_fenced_and_the_new_owner_keeps_order(
     through_old_lease = [
         c for c in admin.status(group).cursors if c.member_id == "A" and c.token == a_lease.token
     ]
+    written_by_then = {(c.slots, c.topic, c.partition): c for c in before_expiry}
     for cursor in through_old_lease:
-        assert cursor == at_expiry.get((cursor.slots, cursor.topic, cursor.partition)), (
+        where = (cursor.slots, cursor.topic, cursor.partition)
+        assert cursor in (at_expiry.get(where), written_by_then.get(where)), (
             f"the zombie wrote a cursor through its expired lease: {cursor}"
         )
