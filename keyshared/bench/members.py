@@ -14,7 +14,7 @@ from confluent_kafka import Consumer
 
 from keyshared.record import Record
 
-__all__ = ["Event", "KeySharedMember", "Member", "PlainMember"]
+__all__ = ["Event", "Member", "PlainMember", "ThreadedMember"]
 
 Event = tuple[float, str, int]  # monotonic time, member name, partition
 
@@ -29,7 +29,7 @@ class Member(Protocol):
         ...
 
 
-class KeySharedMember:
+class ThreadedMember:
     """A KeySharedConsumer in a thread, with a sleeping handler that logs what it finished."""
 
     def __init__(

@@ -31,7 +31,7 @@ from keyshared.cli.options import (
 )
 from keyshared.cli.run import parse_properties
 from keyshared.errors import KeySharedError
-from keyshared.ops import GroupReader, GroupStatus, OpsError, collect_status
+from keyshared.ops import GroupReader, OpsError, StatusReport, collect_status
 from keyshared.ops.collect import DEFAULT_DLQ_TOPIC
 from keyshared.ops.coordinator_view import (
     CoordinatorView,
@@ -82,8 +82,8 @@ def _console() -> Console:
     return Console(highlight=False, width=None if Console().is_terminal else 160)
 
 
-def status_json(status: GroupStatus) -> dict[str, Any]:
-    """The report as JSON-ready data: every field of :class:`GroupStatus`, plus ``done``."""
+def status_json(status: StatusReport) -> dict[str, Any]:
+    """The report as JSON-ready data: every field of :class:`StatusReport`, plus ``done``."""
     data = dataclasses.asdict(status)
     for part, raw in zip(status.partitions, data["partitions"], strict=True):
         raw["done"] = part.done
@@ -172,7 +172,7 @@ def _coordinator_section(
         return {"hosts": zookeeper, "error": str(exc)}
 
 
-def render_status(console: Console, report: GroupStatus) -> None:
+def render_status(console: Console, report: StatusReport) -> None:
     """Every section of the report as rich tables."""
     info = report.info
     console.print(
@@ -227,7 +227,7 @@ def render_status(console: Console, report: GroupStatus) -> None:
         _render_live(console, live)
 
 
-def render_key_states(console: Console, report: GroupStatus) -> None:
+def render_key_states(console: Console, report: StatusReport) -> None:
     """The parked and blocked keys, or a line saying there are none."""
     if report.key_states is None:
         console.print(f"Held keys: none (no key-state topic {report.key_state_topic!r})")

@@ -35,7 +35,7 @@ from keyshared.cli.status import (
     reader_for,
     status_json,
 )
-from keyshared.ops import GroupStatus, OpsError, Verdict, collect_status, judge, probe_pending
+from keyshared.ops import OpsError, StatusReport, VerifyResult, collect_status, judge, probe_pending
 from keyshared.ops.group_status import format_ranges
 
 __all__ = ["verify"]
@@ -97,7 +97,7 @@ def verify(
     click.get_current_context().exit(EXIT_COMPLETE if verdict.complete else EXIT_INCOMPLETE)
 
 
-def _refuse_unknown_group(report: GroupStatus) -> None:
+def _refuse_unknown_group(report: StatusReport) -> None:
     """An unknown group with records to consume is far more likely a typo than a group that
     consumed nothing, so it is an error; on an empty topic any group is trivially complete."""
     has_records = any(p.high_watermark > p.low_watermark for p in report.partitions)
@@ -109,7 +109,7 @@ def _refuse_unknown_group(report: GroupStatus) -> None:
         )
 
 
-def verify_json(report: GroupStatus, verdict: Verdict) -> dict[str, Any]:
+def verify_json(report: StatusReport, verdict: VerifyResult) -> dict[str, Any]:
     """The verdict and the facts behind it, for scripts."""
     data = status_json(report)
     dlq = report.dlq[0] if report.dlq else None
@@ -129,7 +129,7 @@ def verify_json(report: GroupStatus, verdict: Verdict) -> dict[str, Any]:
     }
 
 
-def render_verdict(console: Console, report: GroupStatus, verdict: Verdict) -> None:
+def render_verdict(console: Console, report: StatusReport, verdict: VerifyResult) -> None:
     """The partition table, then the problems (if any), the notes and a one-line verdict."""
     dlq = report.dlq[0] if report.dlq else None
     dead = dlq.by_source or {} if dlq else {}

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from keyshared.core.health import Role, Verdict, liveness, readiness
+from keyshared.core.health import ProbeVerdict, Role, liveness, readiness
 from keyshared.kafka.poll_loop import PollLoop
 from keyshared.settings import ConsumerOptions
 
@@ -42,10 +42,10 @@ class HealthView:
         self._options = options
         self._stopping = stopping
 
-    def liveness(self) -> Verdict:
+    def liveness(self) -> ProbeVerdict:
         return liveness(time.monotonic(), self._loop.last_iteration, self._options.liveness_bound)
 
-    def readiness(self) -> Verdict:
+    def readiness(self) -> ProbeVerdict:
         now = time.monotonic()
         oldest, sampled_at = self._loop.oldest_unfinished
         # Ages as of now, not as of the last sample (up to a second old).

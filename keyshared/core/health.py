@@ -3,7 +3,7 @@
 Why pure: an orchestrator restarts a pod whose liveness fails and holds back a rollout while
 readiness fails, so both answers must be exactly right and explain themselves. Deciding them
 from plain timestamps and states (no clocks read, no clients touched) lets every case be tested
-directly; the HTTP endpoint only serialises a :class:`Verdict`.
+directly; the HTTP endpoint only serialises a :class:`ProbeVerdict`.
 
 - **live**: the poll loop finished an iteration within ``wedged_after`` seconds. A slow handler
   never stalls the loop (workers run handlers), so a stale loop means the process is wedged: a
@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-__all__ = ["Role", "StuckPartition", "Verdict", "liveness", "readiness", "stuck_partitions"]
+__all__ = ["ProbeVerdict", "Role", "StuckPartition", "liveness", "readiness", "stuck_partitions"]
 
 
 class Role(StrEnum):
@@ -71,7 +71,7 @@ class StuckPartition:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ProbeVerdict:
     """An answer to a probe: ``ok`` and, when not, every reason in words."""
 
     ok: bool
@@ -91,7 +91,7 @@ def stuck_partitions(
     return [b for b in blockers if b.age >= stuck_after]
 
 
-def liveness(now: float, last_iteration: float, wedged_after: float) -> Verdict:
+def liveness(now: float, last_iteration: float, wedged_after: float) -> ProbeVerdict:
     """Live when the poll loop finished an iteration at most ``wedged_after`` seconds ago.
 
     :param now: the current monotonic time.
@@ -104,12 +104,12 @@ def liveness(now: float, last_iteration: float, wedged_after: float) -> Verdict:
         "wedged_after_seconds": wedged_after,
     }
     if since <= wedged_after:
-        return Verdict(True, (), details)
+        return ProbeVerdict(True, (), details)
     why = (
         f"poll loop has not iterated for {since:.0f}s (wedged_after={wedged_after:g}s): "
         "the process is wedged"
     )
-    return Verdict(False, (why,), details)
+    return ProbeVerdict(False, (why,), details)
 
 
 def readiness(
@@ -122,7 +122,7 @@ def readiness(
     stuck: Sequence[StuckPartition],
     stuck_after: float,
     holds: Mapping[str, float] | None = None,
-) -> Verdict:
+) -> ProbeVerdict:
     """Ready when live, joined (or a healthy standby), not stopping, nothing is stuck, and
     dispatch is not held for long.
 
@@ -154,4 +154,4 @@ def readiness(
         ],
         "holds": {name: round(age, 1) for name, age in sorted(holds.items())},
     }
-    return Verdict(not reasons, tuple(reasons), details)
+    return ProbeVerdict(not reasons, tuple(reasons), details)

@@ -22,7 +22,7 @@ from keyshared.demo.checks import DeadLetter, committed_gaps, read_dead_letters
 from keyshared.demo.clientlog import CLIENT_LOG
 from keyshared.demo.handler import OrderHandler
 from keyshared.demo.progress import DemoProgress
-from keyshared.demo.verifier import OrderVerifier, Verdict
+from keyshared.demo.verifier import DemoVerdict, OrderVerifier
 from keyshared.demo.workload import OrderWorkload, ProducedSet
 from keyshared.dev.topics import create_topic
 from keyshared.errors import KeySharedError
@@ -56,7 +56,7 @@ class DemoOutcome:
     dlq_topic: str
     group: str
     produced: ProducedSet
-    verdict: Verdict
+    verdict: DemoVerdict
     dead_letters: list[DeadLetter]
     commit_gaps: dict[int, int]
     elapsed_s: float

@@ -13,13 +13,13 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-__all__ = ["OrderVerifier", "Verdict"]
+__all__ = ["DemoVerdict", "OrderVerifier"]
 
 _MAX_KEPT = 20  # violation messages kept for the summary
 
 
 @dataclass
-class Verdict:
+class DemoVerdict:
     violations: int
     examples: list[str]
     duplicates: int
@@ -76,9 +76,9 @@ class OrderVerifier:
         if len(self._examples) < _MAX_KEPT:
             self._examples.append(message)
 
-    def verdict(self) -> Verdict:
+    def verdict(self) -> DemoVerdict:
         with self._lock:
-            return Verdict(
+            return DemoVerdict(
                 self._violations,
                 list(self._examples),
                 self._duplicates,

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from keyshared.ops.admin import GroupReader, OpsError, UnreachableBrokerError
 from keyshared.ops.collect import UnknownGroupError, collect_status, probe_pending
-from keyshared.ops.group_status import GroupStatus, PartitionStatus, partition_status
-from keyshared.ops.verify import Problem, Verdict, judge
+from keyshared.ops.group_status import PartitionStatus, StatusReport, partition_status
+from keyshared.ops.verify import Problem, VerifyResult, judge
 
 __all__ = [
     "GroupReader",
-    "GroupStatus",
     "OpsError",
     "PartitionStatus",
     "Problem",
+    "StatusReport",
     "UnknownGroupError",
     "UnreachableBrokerError",
-    "Verdict",
+    "VerifyResult",
     "collect_status",
     "judge",
     "partition_status",

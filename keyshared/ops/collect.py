@@ -1,4 +1,4 @@
-"""Gather a :class:`~keyshared.ops.group_status.GroupStatus` from the cluster and the members.
+"""Gather a :class:`~keyshared.ops.group_status.StatusReport` from the cluster and the members.
 
 The glue between the reader (:mod:`keyshared.ops.admin`), the pure model
 (:mod:`keyshared.ops.group_status`) and the members' endpoints
@@ -20,8 +20,8 @@ from keyshared.kafka.keystate import topic_for
 from keyshared.ops.admin import GroupReader, OpsError
 from keyshared.ops.group_status import (
     DlqTopic,
-    GroupStatus,
     PartitionStatus,
+    StatusReport,
     partition_status,
     refine_pending,
 )
@@ -46,7 +46,7 @@ def collect_status(
     metrics_urls: Sequence[str] = (),
     count_dead_letters: bool = False,
     allow_unknown: bool = False,
-) -> GroupStatus:
+) -> StatusReport:
     """Read everything ``keyshared status`` shows about ``group``.
 
     :param topics: the topics to report; empty means every topic the group committed to or is
@@ -100,10 +100,10 @@ def collect_status(
         records = sum(high - low for low, high in sizes.values())
         dlqs.append(DlqTopic(name, topic, exists=True, records=records, by_source=by_source))
     live = [fetch_member(url, group, reader.timeout) for url in metrics_urls]
-    return GroupStatus(group, info, partitions, key_topic, states, dlqs, live)
+    return StatusReport(group, info, partitions, key_topic, states, dlqs, live)
 
 
-def probe_pending(reader: GroupReader, status: GroupStatus) -> GroupStatus:
+def probe_pending(reader: GroupReader, status: StatusReport) -> StatusReport:
     """Drop from each partition's pending ranges the offsets that hold no visible record.
 
     A transactional producer leaves commit markers, an aborted transaction leaves records a

@@ -33,10 +33,10 @@ from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 __all__ = [
     "DlqTopic",
     "GroupInfo",
-    "GroupStatus",
     "Member",
     "MetadataKind",
     "PartitionStatus",
+    "StatusReport",
     "classify_metadata",
     "format_ranges",
     "offsets_to_ranges",
@@ -114,7 +114,7 @@ class DlqTopic:
 
 
 @dataclass
-class GroupStatus:
+class StatusReport:
     """Everything ``keyshared status`` shows, JSON-ready through :func:`dataclasses.asdict`."""
 
     group: str

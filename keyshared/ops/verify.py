@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from keyshared.ops.group_status import GroupStatus, format_ranges
+from keyshared.ops.group_status import StatusReport, format_ranges
 
-__all__ = ["IDLE_STATES", "Problem", "Verdict", "judge"]
+__all__ = ["IDLE_STATES", "Problem", "VerifyResult", "judge"]
 
 IDLE_STATES = frozenset({"empty", "dead", "unknown"})
 """Group states without live members; in any other the answer may change while they consume."""
@@ -42,7 +42,7 @@ class Problem:
 
 
 @dataclass
-class Verdict:
+class VerifyResult:
     """``complete`` when there is no problem; ``notes`` are worth reading but do not fail."""
 
     complete: bool
@@ -50,7 +50,7 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
 
 
-def judge(status: GroupStatus, *, allow_dlq: bool = True) -> Verdict:
+def judge(status: StatusReport, *, allow_dlq: bool = True) -> VerifyResult:
     """Check every part of "safely and completely consumed" on ``status``.
 
     :param allow_dlq: dead letters of the group are counted and reported as notes; with
@@ -128,7 +128,7 @@ def judge(status: GroupStatus, *, allow_dlq: bool = True) -> Verdict:
             f"group {status.group!r} is {status.info.state} with {members} member(s): "
             "it is still consuming, so this answer may change"
         )
-    return Verdict(complete=not problems, problems=problems, notes=notes)
+    return VerifyResult(complete=not problems, problems=problems, notes=notes)
 
 
 def _offset(value: int | None) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from prometheus_client import REGISTRY
 
 from keyshared.bench.context import BenchContext
-from keyshared.bench.members import Event, KeySharedMember, Member, PlainMember
+from keyshared.bench.members import Event, Member, PlainMember, ThreadedMember
 from keyshared.bench.registry import register
 from keyshared.bench.result import Measurement, ScenarioResult
 from keyshared.bench.workload import SteadyProducer
@@ -119,7 +119,7 @@ def run_rebalance(ctx: BenchContext) -> ScenarioResult:
         ) -> Member:
             if kind == "plain":
                 return PlainMember(name, ctx.bootstrap, group, topic, handler_s, log)
-            return KeySharedMember(name, ctx.bootstrap, group, topic, handler_s, workers, log)
+            return ThreadedMember(name, ctx.bootstrap, group, topic, handler_s, workers, log)
 
         drain_of = (
             (lambda member, group=group: _mean_drain(group, member))
