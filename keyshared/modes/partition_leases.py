@@ -26,8 +26,10 @@ dispatch and commits; lost fences every partition (``events.lost``) and keeps th
 renewed session queues for the leases of the partitions the group still assigns here.
 Everything in this class runs on the poll thread (rebalance callbacks are served inside
 ``consume``); lease waits run on threads of their own that post the grant to the inbox. Every
-way a lease ends here (revoke, lost, session expired, lease removed) is in
-:mod:`keyshared.modes.partition_release`, a base class of the member.
+way a lease ends here (revoke, lost, session expired, lease removed) is in one section of the
+class, because letting go is where the mode's guarantee is kept or lost, and each way has to
+keep it alike: a lease is released only once nothing of its partition runs here any more (the
+hand-back waits for the stragglers and retries the release until ZooKeeper takes it).
 """
 
 from __future__ import annotations
@@ -45,14 +47,14 @@ from coordinator.errors import MemberIdInUse
 from coordinator.leases import Lease, PendingLease
 from coordinator.members import MemberInfo, Membership
 from keyshared.core.health import Role
+from keyshared.core.types import TP
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.startup import assigns_incrementally
-from keyshared.modes.handback import HandBack
+from keyshared.modes.handback import HandBack, gone
 from keyshared.modes.lease_queue import wait_in_background
 from keyshared.modes.leased_commits import LeasedCommits
-from keyshared.modes.partition_release import TP, PartitionReleases, tp_name
 from keyshared.modes.session_gate import SessionGate
 
 if TYPE_CHECKING:
@@ -66,7 +68,7 @@ log = logging.getLogger(__name__)
 _REQUEUE_EVERY = 1.0  # seconds between retries of a lease that could not even be queued
 
 
-class PartitionLeaseMember(PartitionReleases):
+class PartitionLeaseMember:
     """The consumer's membership and cursor store in ``partition`` mode with a coordinator.
 
     Example::
@@ -186,6 +188,97 @@ class PartitionLeaseMember(PartitionReleases):
         self._consumer.pause(partitions)
         for tp in _tps(partitions):
             self._assigned.add(tp)
+            self._queue_for(tp)
+
+    def _on_revoke(self, tps: list[TP]) -> None:
+        """Drain and commit what runs, then release; keep the lease of stragglers."""
+        if self._closing:
+            return  # served by consumer.close() after leave(): nothing is held any more
+        events = self._require_events()
+        self._forget(tps)
+        held = [tp for tp in tps if tp in self._held]
+        if not held:
+            return
+        events.revoked(held)
+        for tp in held:
+            self._give_back(tp)
+
+    def _on_lost(self, tps: list[TP]) -> None:
+        """Taken away without a revoke: discard, commit nothing, release once nothing runs."""
+        if self._closing:
+            return
+        events = self._require_events()
+        self._forget(tps)
+        held = [tp for tp in tps if tp in self._held]
+        if held:
+            events.lost(held)
+        for tp in held:
+            self._give_back(tp)
+
+    def _forget(self, tps: list[TP]) -> None:
+        """The group took these away: stop waiting for their leases."""
+        for tp in tps:
+            self._assigned.discard(tp)
+            self._unqueued.discard(tp)
+            pending = self._pending.pop(tp, None)
+            if pending is not None:
+                pending[0].cancel()
+            ready = self._ready.pop(tp, None)
+            if ready is not None:
+                self._hand_back.add(tp_name(tp), self._release_of(ready))
+        self._gate.metrics.pending_drains(len(self._pending))
+
+    def _give_back(self, tp: TP) -> None:
+        """Release the lease of a partition the poll loop let go, once nothing of it runs."""
+        lease = self._held.pop(tp)
+        states = self._states_of(tp)
+        running = self._dispatcher.running(states)
+        if running:
+            log.warning(
+                "%s: %d handler(s) still running after the drain; the lease is kept until "
+                "they finish, so the next owner cannot overlap them",
+                tp_name(tp),
+                running,
+            )
+        self._hand_back.add(tp_name(tp), self._release_of(lease), states)
+
+    def _states_of(self, tp: TP) -> list[PartitionState]:
+        """Every state of ``tp`` whose calls a hand-back waits for: the one granted (forgotten
+        here) and the dispatcher's stragglers of the partition, which include states an
+        exactly-once redo replaced since the grant."""
+        state = self._state.pop(tp, None)
+        stragglers = self._dispatcher.stragglers([tp])
+        return [state, *stragglers] if state is not None and state not in stragglers else stragglers
+
+    # -- ZooKeeper takes leases away --------------------------------------------------------------
+
+    def _fence(self) -> None:
+        """The session expired: every lease is gone. Discard everything, commit nothing."""
+        events = self._require_events()
+        for pending, _ in self._pending.values():
+            pending.cancel()
+        self._pending.clear()
+        self._ready.clear()
+        held = list(self._held)
+        if held:
+            events.lost(held)
+        self._hand_back.fence_all()
+        for tp in list(self._state):
+            self._hand_back.add(tp_name(tp), gone, self._states_of(tp), alive=False)
+        self._held.clear()
+        self._state.clear()
+        self._pause(self._assigned)
+        self._unqueued |= self._assigned
+
+    def _leasegone(self, tp: TP, lease: Lease) -> None:
+        """Someone removed a lease this member held: stop the partition, queue for it again."""
+        if self._held.get(tp) is not lease:
+            return
+        self._require_events().lost([tp])
+        self._held.pop(tp)
+        self._hand_back.add(tp_name(tp), gone, self._states_of(tp), alive=False)
+        self._pause([tp])
+        if tp in self._assigned:
             self._queue_for(tp)
 
     # -- leases -----------------------------------------------------------------------------------
@@ -311,7 +404,7 @@ class PartitionLeaseMember(PartitionReleases):
         return self._events
 
 
-def _name(tp: TP) -> str:
+def tp_name(tp: TP) -> str:
     return f"{tp[0]}[{tp[1]}]"
 
 
