@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from keyshared.core.types import TP
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.dispatcher import Dispatcher
@@ -24,7 +25,6 @@ __all__ = ["Backpressure"]
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 _WAKE_TIMEOUT = 0.5  # the watermark query that wakes librdkafka's fetcher after a resume
 
 

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException
 from keyshared.core.health import StuckPartition
 from keyshared.core.offsets import decode_finished
 from keyshared.core.runs import EMPTY_RUNS
+from keyshared.core.types import TP
 from keyshared.kafka.backpressure import Backpressure
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.group_membership import KafkaGroupMembership
@@ -38,7 +39,6 @@ __all__ = ["PollLoop"]
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 _BATCH = 1000
 _IDLE_POLL = 0.1
 _PAUSED_POLL = 0.005  # while a partition is paused: its resume is checked between polls

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from keyshared.core.types import TP
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.runtime.dispatcher import Dispatcher
 from keyshared.runtime.partition import PartitionState
@@ -22,8 +23,6 @@ from keyshared.runtime.partition import PartitionState
 __all__ = ["note_stale_positions", "observe_positions"]
 
 log = logging.getLogger(__name__)
-
-TP = tuple[str, int]
 
 
 def note_stale_positions(consumer: KafkaConsumer, states: Mapping[TP, PartitionState]) -> None:

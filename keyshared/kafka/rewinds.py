@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from confluent_kafka import KafkaException, TopicPartition
 
 from keyshared.core.runs import EMPTY_RUNS
+from keyshared.core.types import TP
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.runtime.dispatcher import Dispatcher
 from keyshared.runtime.partition import PartitionState
@@ -40,8 +41,6 @@ from keyshared.runtime.partition import PartitionState
 __all__ = ["Rewinds"]
 
 log = logging.getLogger(__name__)
-
-TP = tuple[str, int]
 
 
 class Rewinds:

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from keyshared.core.health import StuckPartition
 from keyshared.core.redaction import shown_key
+from keyshared.core.types import TP
 from keyshared.core.window import CursorBlocker
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.split_keys import SplitKeyReport
@@ -26,7 +27,6 @@ __all__ = ["LoopSampler"]
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 _HOT_KEY_WINDOW = 60.0  # seconds of traffic the busiest/slowest key sketches cover
 
 

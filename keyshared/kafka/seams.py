@@ -52,6 +52,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+
 class CursorStore(Protocol):
     """Where safe cursors come from and go. Called on the poll thread only.
 

@@ -76,6 +76,7 @@ from confluent_kafka import (
 
 from keyshared.core.offsets import Encoded, decode_finished, encode_monotone
 from keyshared.core.runs import OffsetRuns
+from keyshared.core.types import TP
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
 from keyshared.kafka.commits import Committer
@@ -97,7 +98,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 Source = tuple[str, int, int]  # the record an output belongs to: topic, partition, offset
 Taken = list[tuple[PartitionState, list[tuple[int, list[OutputMessage]]]]]
 _TXN_TIMEOUT = 30.0  # seconds for a transactional call before the outcome counts as unknown

@@ -21,6 +21,7 @@ from coordinator.cursors import read_cursors
 from coordinator.incarnations import Incarnation
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.slots import SlotRange
+from keyshared.core.types import TP
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.modes.range_cursors import Decoded, describe_claims, stored_cursors
 from keyshared.modes.topic_watch import TopicWatch
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["ClaimsReader"]
 
 trace = logging.getLogger("keyshared.trace")  # cursor diagnostics, off unless set to DEBUG
-
-TP = tuple[str, int]
 
 
 class ClaimsReader:

@@ -54,6 +54,7 @@ from kazoo.exceptions import KazooException
 from coordinator.errors import AcquireCancelled
 from coordinator.exclusive import ExclusiveLock
 from keyshared.core.health import Role
+from keyshared.core.types import TP
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
@@ -71,7 +72,6 @@ __all__ = ["ExclusiveMember"]
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 _ACTIVE = "the active role"  # the one thing an exclusive member holds
 
 

@@ -23,6 +23,7 @@ from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease, RangeLeases
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.slots import SlotRange
+from keyshared.core.types import TP
 from keyshared.modes.handback import HandBack
 from keyshared.modes.range_cursors import cursors_for
 from keyshared.runtime.dispatcher import Progress
@@ -35,7 +36,6 @@ __all__ = ["HeldRanges", "Progress"]
 log = logging.getLogger(__name__)
 trace = logging.getLogger("keyshared.trace")  # cursor diagnostics, off unless set to DEBUG
 
-TP = tuple[str, int]
 Piece = tuple[SlotRange, int, str]
 
 

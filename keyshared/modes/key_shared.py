@@ -38,6 +38,7 @@ from keyshared.core.admission import Admission
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.health import Role
 from keyshared.core.slots import SlotRange
+from keyshared.core.types import TP
 from keyshared.errors import KeySharedError
 from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
@@ -61,7 +62,6 @@ __all__ = ["KeySharedMember"]
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 _ASSIGN_RETRY_S = 0.5
 _REGAIN_COALESCE_S = 0.5  # grants arriving within this of the first are read together
 

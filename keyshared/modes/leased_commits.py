@@ -17,6 +17,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
 from coordinator.leases import Lease
+from keyshared.core.types import TP
 from keyshared.kafka.commits import Committer
 from keyshared.modes.session_gate import SessionGate
 
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["LeasedCommits"]
 
 log = logging.getLogger(__name__)
-
-TP = tuple[str, int]
 
 
 class LeasedCommits:

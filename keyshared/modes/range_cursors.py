@@ -18,6 +18,7 @@ from keyshared.core.claims import PartitionClaims, StoredCursor
 from keyshared.core.offsets import decode_finished, encode_within
 from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 from keyshared.core.slots import MAX_SLOT, SlotRange
+from keyshared.core.types import TP
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 
@@ -33,10 +34,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 _CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per cursor
 _RESET_TO_END = ("latest", "end", "largest")
-
 
 
 Decoded = dict[tuple[SlotRange, str, int], tuple[int, str, OffsetRuns]]

@@ -29,6 +29,7 @@ from kazoo.client import KazooClient
 from coordinator.cursors import Cursor
 from coordinator.incarnations import Incarnation, TopicRecord, TopicRecords
 from coordinator.layout import GroupLayout
+from keyshared.core.types import TP
 from keyshared.errors import KeySharedError
 from keyshared.kafka.client_config import client_properties
 from keyshared.kafka.kafka_consumer import KafkaConsumer
@@ -38,7 +39,6 @@ __all__ = ["TopicWatch"]
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 _CHECK_EVERY_S = 5.0  # how often the topics are described (partition count, topic id)
 _RESET_TO_END = ("latest", "end", "largest")
 _STALE_READ_S = 2.0  # a read of Kafka's offsets and the records slower than this is redone

@@ -45,6 +45,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 from coordinator.cursors import Cursor, delete_superseded, read_cursors
 from coordinator.incarnations import TopicRecords
 from coordinator.layout import GroupLayout
+from keyshared.core.types import TP
 from keyshared.kafka.client_config import client_properties
 from keyshared.kafka.commits import OFFSET_REFRESH_S
 from keyshared.kafka.kafka_consumer import KafkaConsumer
@@ -56,7 +57,6 @@ __all__ = ["LowWatermarkPass"]
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 EVERY_S = 5.0  # seconds between two passes that committed
 PASS_TIMEOUT_S = 5.0  # bound of each Kafka request of a pass
 FAILING_WARN_S = 30.0  # passes failing this long in a row are a warning (then every as long)

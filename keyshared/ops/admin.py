@@ -30,6 +30,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from keyshared.core.types import TP
 from keyshared.errors import KeySharedError
 from keyshared.kafka.client_config import client_properties
 from keyshared.kafka.dlq_headers import DlqHeader
@@ -38,7 +39,6 @@ from keyshared.ops.group_status import GroupInfo, Member
 
 __all__ = ["GroupReader", "OpsError", "UnreachableBrokerError"]
 
-TP = tuple[str, int]
 # Log start and high watermark, in that order (list_offsets asks one spec per request).
 _SPECS: tuple[Any, Any] = (OffsetSpec.earliest(), OffsetSpec.latest())  # type: ignore[no-untyped-call]
 

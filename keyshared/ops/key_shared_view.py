@@ -16,14 +16,13 @@ from rich.console import Console
 from rich.table import Table
 
 from keyshared.core.claims import PartitionClaims
+from keyshared.core.types import TP
 from keyshared.modes.range_cursors import stored_cursors
 
 if TYPE_CHECKING:
     from coordinator.status import GroupStatus as CoordinatorStatus
 
 __all__ = ["KeySharedView", "RangeView", "key_shared_view", "render_key_shared"]
-
-TP = tuple[str, int]
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from keyshared.core.modes import Mode
 from keyshared.core.ring import WorkerRing
 from keyshared.core.runs import OffsetRuns
 from keyshared.core.split_keys import SplitKeyDetector
+from keyshared.core.types import TP
 from keyshared.core.window import Entry, InFlightWindow
 from keyshared.runtime.control import Accepts, KeyFilterOwnership, Ownership
 from keyshared.runtime.fenced_keys import FencedKeys
@@ -60,7 +61,6 @@ _DRAIN_TICK = 0.005  # seconds between the poll loop's care while a drain waits
 
 LIVENESS_HOLD = "zookeeper-liveness"  # taken by dispatch, lifted by the liveness owner
 
-TP = tuple[str, int]
 Progress = tuple[TP, int, OffsetRuns, int]  # (partition, safe cursor, finished above, seen end)
 
 
@@ -367,6 +367,7 @@ class Dispatcher:
         with self._lock:
             state.parked.add(entry.key)
         self.finish(state, entry)
+
     def release(self, state: PartitionState, key: bytes | None, *, retry: bool) -> str | None:
         """Release a blocked or parked key; say what was released, or None if neither.
 
