@@ -304,3 +304,11 @@ def _render_live(console: Console, live: dict[str, object]) -> None:
             _top(part.get("slowest_seconds"), "s"),
         )
     console.print(table)
+    if "ready" in live:
+        reasons = live.get("reasons")
+        why = "; ".join(map(str, reasons)) if isinstance(reasons, list) and reasons else ""
+        console.print("Ready: yes" if live["ready"] else f"[yellow]Ready: no[/] ({why})")
+    holds = live.get("holds")
+    if isinstance(holds, dict):
+        shown = ", ".join(f"{name} ({float(age):.1f}s)" for name, age in sorted(holds.items()))
+        console.print(f"Holds on dispatch: {shown or 'none'}")

@@ -1,15 +1,18 @@
-"""What a running member says about itself: its ``/metrics`` and ``/hotkeys`` endpoints.
+"""What a running member says about itself: its ``/metrics``, ``/hotkeys`` and ``/readyz``.
 
 Why ask a member at all: the broker knows where a group's cursor stands, not *why* it stands
 there. Only the member knows how old its oldest unfinished record is (what holds the cursor
-back), how much is in flight or waiting, and which keys are busiest or slowest. A member that
-does not answer is reported, never fatal: the broker-side status is still worth showing.
+back), how much is in flight or waiting, which keys are busiest or slowest, and which holds on
+dispatch are in place (each named by its owner, with its age: a hold nobody lifts is a member
+that starts nothing). A member that does not answer is reported, never fatal: the broker-side
+status is still worth showing.
 
 Example::
 
     view = fetch_member("http://10.0.0.7:9400/metrics", group="billing", timeout=5.0)
     view["partitions"]   # [{"topic": "orders", "partition": 0, "oldest_incomplete_age_seconds":
                          #   12.5, ..., "busiest": [...], "slowest_seconds": [...]}]
+    view["ready"], view["holds"]   # False, {"zookeeper-liveness": 42.0}
 """
 
 from __future__ import annotations
@@ -100,4 +103,31 @@ def fetch_member(url: str, group: str, timeout: float) -> dict[str, object]:
         for name in ("busiest", "slowest_seconds", "blocked", "parked", "hottest_share"):
             if name in part:
                 entry[name] = part[name]
-    return {"url": base, "partitions": [merged[tp] for tp in sorted(merged)]}
+    view: dict[str, object] = {"url": base, "partitions": [merged[tp] for tp in sorted(merged)]}
+    view.update(_readiness(base, timeout))
+    return view
+
+
+def _readiness(base: str, timeout: float) -> dict[str, object]:
+    """``ready``, ``reasons`` and ``holds`` from ``/readyz``; nothing when the member serves no
+    probes (a consumer started without a health source) or the answer is not the probe's."""
+    try:
+        body = _get(base + "/readyz", timeout)
+    except urllib.error.HTTPError as exc:  # 503: not ready, and the body says why
+        if exc.code != 503:
+            return {}
+        body = exc.read().decode("utf-8")
+    except (OSError, urllib.error.URLError):
+        return {}
+    try:
+        probe = json.loads(body)
+    except ValueError:
+        return {}
+    if not isinstance(probe, dict) or "status" not in probe:
+        return {}
+    holds = probe.get("holds")
+    return {
+        "ready": probe["status"] == "ok",
+        "reasons": [str(reason) for reason in probe.get("reasons", [])],
+        "holds": {str(k): float(v) for k, v in holds.items()} if isinstance(holds, dict) else {},
+    }

@@ -128,6 +128,41 @@ def test_status_of_a_live_group_shows_cursor_members_and_what_holds_the_cursor_b
     run.stop()
 
 
+def test_status_names_the_holds_on_a_members_dispatch_and_their_age(
+    kafka_bootstrap: str, new_topic: TopicFactory, group: str, start: StartConsumer
+) -> None:
+    """A hold nobody lifts is a member that starts nothing: ``status`` names it, with its age
+    and whether the member is ready, read from the member's ``/readyz``."""
+    topic = new_topic(partitions=1)
+    produce(kafka_bootstrap, topic, [(0, b"k", b"v")])
+    run = start(group, topic, lambda record: None, metrics_port=0)
+    assert run.consumer.metrics_url
+    args = ["-g", group, "-t", topic, "--metrics-url", run.consumer.metrics_url]
+    wait_until(lambda: committed_to_end(kafka_bootstrap, group, topic, 1), "the first record")
+
+    def live() -> dict[str, object]:
+        code, data = invoke_json(status, args, kafka_bootstrap)
+        assert code == 0, data
+        [view] = data["live"]
+        assert "error" not in view, view
+        return dict(view)
+
+    assert live()["holds"] == {}
+    assert "Holds on dispatch: none" in invoke(status, args, kafka_bootstrap).stdout
+    dispatcher = run.consumer._parts.dispatcher  # as a hold's owner (the session gate) does
+    assert dispatcher is not None
+    dispatcher.take_hold("zookeeper-connection")
+    try:
+        wait_until(lambda: live()["holds"].get("zookeeper-connection", 0) >= 1.0,  # type: ignore[attr-defined]
+                   "the hold to show, a second old")  # fmt: skip
+        text = invoke(status, args, kafka_bootstrap).stdout
+        assert "Holds on dispatch: zookeeper-connection (" in text, text
+    finally:
+        dispatcher.lift_hold("zookeeper-connection")
+    assert live()["holds"] == {}
+    run.stop()
+
+
 def test_status_reports_a_parked_key_and_the_dlq_size(
     kafka_bootstrap: str,
     new_topic: TopicFactory,
