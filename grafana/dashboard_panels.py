@@ -232,6 +232,20 @@ def panels() -> list[Json]:
         width=6,
     )
     g.panel(
+        "Holds on dispatch",
+        "Age of each named hold on a member's dispatch (0: lifted). While one is in place the "
+        "member starts no handler; one that only grows is a hold its owner never lifted "
+        "(keyshared status --metrics-url names it too).",
+        [
+            (
+                f"max by (member, hold) (keyshared_dispatch_hold_seconds{{{M}}})",
+                "{{member}} {{hold}}",
+            )
+        ],
+        unit="s",
+        width=6,
+    )
+    g.panel(
         "Hand-over wait, session losses, fencing",
         "p99 wait for the previous owner; lost sessions and stale-lease refusals.",
         [

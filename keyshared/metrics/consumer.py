@@ -20,7 +20,7 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -250,6 +250,11 @@ class ConsumerMetrics:
                     worker, consumer.worker_queue_depth.labels(*self._labels, str(worker))
                 )
         gauge.set(depth)
+
+    def declare_holds(self, names: Iterable[str]) -> None:
+        """Create the series of holds this member may take, at 0, so that a dashboard and an
+        alert see "no hold" rather than no data until the first one is taken."""
+        self.set_holds({name: 0.0 for name in names})
 
     def set_holds(self, holds: Mapping[str, float]) -> None:
         """Set each hold's age; a hold seen before and lifted since reads 0, so its alert

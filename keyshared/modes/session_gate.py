@@ -118,6 +118,7 @@ class SessionGate:
         """Watch the session from now on, and gate dispatch on recent proof that it lives."""
         self._watcher = self._zk.watch_session(self._on_event)
         self.metrics.session("connected")
+        self._ctx.metrics.declare_holds((CONNECTION_HOLD, LIVENESS_HOLD))
         self._ctx.dispatcher.set_liveness(self.live)
         self._prober = threading.Thread(
             target=self._probe, name="keyshared-zk-liveness", daemon=True

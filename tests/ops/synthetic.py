@@ -62,6 +62,7 @@ class SyntheticExporter:
         committed = [0, 0, 0]
         c.set_workers(4)
         z.session("connected")
+        c.declare_holds(("zookeeper-connection", "zookeeper-liveness"))
         tick = 0
         while not self._stop.wait(0.1):
             tick += 1
@@ -93,6 +94,7 @@ class SyntheticExporter:
                         oldest_incomplete_age=rng.random() * 3,
                         hot_key_share=rng.random() / 2,
                     )
+            c.set_holds({"zookeeper-connection": tick / 10} if tick % 50 < 10 else {})
             c.commit(rng.random() > 0.1)
             c.metadata(rng.randint(10, 4000), overflow=rng.random() < 0.1)
             c.dlq_written(f"{self.topic}.dlq")
