@@ -7,18 +7,24 @@ parameter where the commands word it differently.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
 
 from coordinator.layout import DEFAULT_NAMESPACE
+from keyshared.ops import GroupReader
+from keyshared.ops.collect import DEFAULT_DLQ_TOPIC
 
 __all__ = [
+    "CommandError",
     "bootstrap_servers_option",
+    "broker_options",
     "client_properties_option",
     "group_option",
     "namespace_option",
+    "parse_properties",
+    "reader_for",
     "timeout_option",
     "topic_option",
     "zookeeper_auth",
@@ -115,3 +121,45 @@ def client_properties_option(
 ) -> Callable[[F], F]:
     """``-X NAME=VALUE`` (repeatable) into ``properties``: client properties passed through."""
     return click.option("-X", "properties", multiple=True, metavar=metavar, help=help)
+
+
+def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
+    props = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not key=value", param_hint="-X")
+        props[name.strip()] = value
+    return props
+
+
+class CommandError(click.ClickException):
+    """The command could not do its job (exit 2), as opposed to a report that found a problem."""
+
+    exit_code = 2
+
+
+def broker_options(fn: F) -> F:
+    """Options every read-only operator command shares: where Kafka is and how long to wait."""
+    decorators = [
+        bootstrap_servers_option(),
+        group_option("Consumer group id."),
+        click.option(
+            "--dlq-topic",
+            default=DEFAULT_DLQ_TOPIC,
+            show_default=True,
+            help="DLQ topic of each topic; {topic} is the source topic.",
+        ),
+        timeout_option(help="Seconds any single read may take."),
+        click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
+        client_properties_option(),
+    ]
+    for decorate in reversed(decorators):
+        fn = decorate(fn)
+    return fn
+
+
+def reader_for(bootstrap_servers: str, properties: Sequence[str], timeout: float) -> GroupReader:
+    """A reader with the operator's client properties; ``-X`` cannot move the cluster."""
+    config = {**parse_properties(tuple(properties)), "bootstrap.servers": bootstrap_servers}
+    return GroupReader(config, timeout)

@@ -19,10 +19,10 @@ from keyshared.cli.options import (
     bootstrap_servers_option,
     client_properties_option,
     group_option,
+    parse_properties,
     timeout_option,
     topic_option,
 )
-from keyshared.cli.run import parse_properties
 from keyshared.kafka.keystate import KeyStateError, KeyStateStore
 
 __all__ = ["release"]

@@ -17,10 +17,10 @@ from rich.console import Console
 from keyshared.cli.options import (
     bootstrap_servers_option,
     client_properties_option,
+    parse_properties,
     timeout_option,
     topic_option,
 )
-from keyshared.cli.run import parse_properties
 from keyshared.errors import KeySharedError
 
 if TYPE_CHECKING:

@@ -18,12 +18,12 @@ from keyshared.cli.options import (
     client_properties_option,
     group_option,
     namespace_option,
+    parse_properties,
     timeout_option,
     topic_option,
     zookeeper_auth_option,
     zookeeper_option,
 )
-from keyshared.cli.run import parse_properties
 from keyshared.ops.admin import OpsError
 from keyshared.ops.reset import GroupBusy, ResetPlan, Resetter, Target
 

@@ -18,6 +18,7 @@ from keyshared.cli.options import (
     bootstrap_servers_option,
     client_properties_option,
     group_option,
+    parse_properties,
     zookeeper_auth,
     zookeeper_option,
 )
@@ -26,7 +27,7 @@ from keyshared.core.poison import PoisonPolicy, RetryPolicy
 from keyshared.errors import KeySharedError
 from keyshared.settings import ConsumerOptions
 
-__all__ = ["load_handler", "parse_properties", "run"]
+__all__ = ["load_handler", "run"]
 
 log = logging.getLogger("keyshared.run")
 _DEFAULTS = ConsumerOptions()  # the CLI's defaults are the library's, from one place
@@ -54,16 +55,6 @@ def load_handler(spec: str, param_hint: str = "HANDLER") -> Callable[..., Any]:
     if not callable(target):
         raise click.BadParameter(f"{spec} is not callable", param_hint=param_hint)
     return target  # type: ignore[no-any-return]
-
-
-def parse_properties(values: tuple[str, ...]) -> dict[str, str]:
-    props = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"{item!r} is not key=value", param_hint="-X")
-        props[name.strip()] = value
-    return props
 
 
 @click.command(context_settings={"show_default": True})

@@ -15,24 +15,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from keyshared.cli.options import (
-    bootstrap_servers_option,
-    client_properties_option,
-    group_option,
-    timeout_option,
-    zookeeper_option,
-)
-from keyshared.cli.run import parse_properties
+from keyshared.cli.options import CommandError, broker_options, reader_for, zookeeper_option
 from keyshared.errors import KeySharedError
-from keyshared.ops import GroupReader, OpsError, StatusReport, collect_status
-from keyshared.ops.collect import DEFAULT_DLQ_TOPIC
+from keyshared.ops import OpsError, StatusReport, collect_status
 from keyshared.ops.coordinator_view import (
     CoordinatorView,
     read_coordinator_view,
@@ -40,41 +32,9 @@ from keyshared.ops.coordinator_view import (
 )
 from keyshared.ops.group_status import format_ranges
 
-__all__ = ["CommandError", "broker_options", "reader_for", "render_key_states", "status"]
+__all__ = ["render_key_states", "status"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class CommandError(click.ClickException):
-    """The command could not do its job (exit 2), as opposed to a report that found a problem."""
-
-    exit_code = 2
-
-
-def broker_options(fn: F) -> F:
-    """Options every read-only operator command shares: where Kafka is and how long to wait."""
-    decorators = [
-        bootstrap_servers_option(),
-        group_option("Consumer group id."),
-        click.option(
-            "--dlq-topic",
-            default=DEFAULT_DLQ_TOPIC,
-            show_default=True,
-            help="DLQ topic of each topic; {topic} is the source topic.",
-        ),
-        timeout_option(help="Seconds any single read may take."),
-        click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
-        client_properties_option(),
-    ]
-    for decorate in reversed(decorators):
-        fn = decorate(fn)
-    return fn
-
-
-def reader_for(bootstrap_servers: str, properties: Sequence[str], timeout: float) -> GroupReader:
-    """A reader with the operator's client properties; ``-X`` cannot move the cluster."""
-    config = {**parse_properties(tuple(properties)), "bootstrap.servers": bootstrap_servers}
-    return GroupReader(config, timeout)
 
 
 def _console() -> Console:

@@ -28,13 +28,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from keyshared.cli.options import topic_option
-from keyshared.cli.status import (
-    CommandError,
-    broker_options,
-    reader_for,
-    status_json,
-)
+from keyshared.cli.options import CommandError, broker_options, reader_for, topic_option
+from keyshared.cli.status import status_json
 from keyshared.ops import OpsError, StatusReport, VerifyResult, collect_status, judge, probe_pending
 from keyshared.ops.group_status import format_ranges
 
