@@ -27,20 +27,14 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NoReturn, cast
 
 import pytest
 
 from keyshared.dev import BOOTSTRAP_ENV, ZOOKEEPER_ENV, LocalCluster
-from keyshared.dev.topics import (
-    GroupFactory,
-    TopicFactory,
-    create_topic,
-    delete_topics,
-    unique_name,
-)
+from keyshared.dev.topics import GroupFactory, TopicFactory, topic_factory, unique_name
 from keyshared.dev.topology import TopologyCluster
 from keyshared.testing import BACKEND_ENV, Backend, kafka_cluster
 
@@ -238,24 +232,7 @@ def new_topic(kafka_bootstrap: str) -> Iterator[TopicFactory]:
 
     The topics are deleted after the test (best effort).
     """
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    created: list[str] = []
-
-    def make(
-        partitions: int = 3,
-        config: Mapping[str, str] | None = None,
-        *,
-        prefix: str = "topic",
-    ) -> str:
-        name = unique_name(prefix)
-        create_topic(admin, name, partitions, config)
-        created.append(name)
-        return name
-
-    yield make
-    delete_topics(admin, created)
+    yield from topic_factory(kafka_bootstrap)
 
 
 @pytest.fixture

@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-__all__ = ["GroupFactory", "TopicFactory", "create_topic", "delete_topics", "unique_name"]
+__all__ = [
+    "GroupFactory",
+    "TopicFactory",
+    "create_topic",
+    "delete_topics",
+    "topic_factory",
+    "unique_name",
+]
 
 
 class TopicFactory(Protocol):
@@ -93,3 +100,21 @@ def delete_topics(admin: AdminClient, names: Iterable[str], timeout: float = 10.
             future.result(timeout=timeout)
         except (KafkaException, TimeoutError):
             continue
+
+
+def topic_factory(bootstrap_servers: str) -> Iterator[TopicFactory]:
+    """The body of a pytest fixture: yields ``make(partitions=3, config={...}) -> name`` (a new
+    name each time, the topic ready when returned) and deletes the topics afterwards."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    created: list[str] = []
+
+    def make(
+        partitions: int = 3, config: Mapping[str, str] | None = None, *, prefix: str = "topic"
+    ) -> str:
+        name = unique_name(prefix)
+        create_topic(admin, name, partitions, config)
+        created.append(name)
+        return name
+
+    yield make
+    delete_topics(admin, created)

@@ -18,11 +18,11 @@ is chosen as `kafka_cluster` chooses it (``$KEYSHARED_TEST_BACKEND``, default ``
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import pytest
 
-from keyshared.dev.topics import TopicFactory, create_topic, delete_topics, unique_name
+from keyshared.dev.topics import TopicFactory, topic_factory
 from keyshared.testing import KafkaCluster, kafka_cluster
 
 __all__ = ["keyshared_cluster", "keyshared_topic"]
@@ -41,18 +41,4 @@ def keyshared_topic(keyshared_cluster: KafkaCluster) -> Iterator[TopicFactory]:
 
     Each name is new (no test sees another's records); the topics are deleted after the test.
     """
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": keyshared_cluster.bootstrap_servers})
-    created: list[str] = []
-
-    def make(
-        partitions: int = 3, config: Mapping[str, str] | None = None, *, prefix: str = "topic"
-    ) -> str:
-        name = unique_name(prefix)
-        create_topic(admin, name, partitions, config)
-        created.append(name)
-        return name
-
-    yield make
-    delete_topics(admin, created)
+    yield from topic_factory(keyshared_cluster.bootstrap_servers)
