@@ -190,11 +190,14 @@ class HeldRanges:
                 "running there finish, so the next owner cannot overlap them",
                 slots,
             )
+        # Cursors a failed flush put back are still waiting even when the drain committed
+        # nothing new (a re-read that could not write them read nothing): they go first.
+        unwritten = writer is not None and (not committed or writer.pending > 0)
         self.hand_back.add(
             str(slots),
             self._release_of(lease),
             [] if drained else stragglers,
-            write=None if committed or writer is None else writer.flush,
+            write=writer.flush if unwritten and writer is not None else None,
         )
 
     def _release_of(self, lease: Lease) -> Callable[[], None]:

@@ -148,3 +148,22 @@ def test_a_dropped_range_writes_its_last_cursors_before_its_release() -> None:
     assert log[-2:] == ["written", "released"]
     held.hand_back.tick()
     assert log.count("released") == 1
+
+
+def test_a_range_dropped_after_a_failed_reread_writes_the_cursors_put_back_first() -> None:
+    """A flush fails and puts the range's cursors back; the re-read therefore reads nothing
+    and the member runs nothing. ZooKeeper answers again and a new plan drops the range
+    before the re-read is retried: the drain commits nothing (nothing runs), yet the
+    cursors put back are the range's newest and must reach ZooKeeper before its release, or
+    the next owner starts from older ones and runs records again."""
+    log: list[str] = []
+    writer = Writer(log, fail=CoordinatorError)
+    m = member(log, writer)
+    m._assign_from_cursors()  # write_pending raises: nothing read, nothing assigned
+    assert m._assigned == [] and writer.pending == 1
+    writer.fail = None
+    m._deferred = SimpleNamespace(defer=lambda states, drop: False, take=lambda: [RANGE])
+    m._events = SimpleNamespace(states={})
+    m._rebuild(drop=[RANGE])
+    assert "released" in log
+    assert log.index("written") < log.index("released"), log
