@@ -142,7 +142,14 @@ class HandBack:
         try:
             if step is Step.WRITE:
                 assert entry.write is not None
-                entry.write()  # its last cursors first, or the next owner replays
+                try:
+                    entry.write()  # its last cursors first, or the next owner replays
+                except NoNodeError as exc:
+                    # A znode the write needs is missing, not the lease (that is Fenced):
+                    # retried. Read as "gone", the entry was dropped and the lease stood.
+                    log.warning("%s: writing its last cursors failed (%r); retrying",
+                                holding.name, exc)  # fmt: skip
+                    return False
                 holding.cursors_written()
                 step = holding.step(0, connected=True)
             if step is Step.RELEASE:

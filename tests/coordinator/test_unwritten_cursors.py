@@ -14,6 +14,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from kazoo.exceptions import NoNodeError
+
 from coordinator.cursors import CursorFlush
 from coordinator.errors import CoordinatorError, Fenced
 from keyshared.core.slots import SlotRange
@@ -167,3 +169,17 @@ def test_a_range_dropped_after_a_failed_reread_writes_the_cursors_put_back_first
     m._rebuild(drop=[RANGE])
     assert "released" in log
     assert log.index("written") < log.index("released"), log
+
+
+def test_a_missing_znode_under_the_last_write_is_retried_not_read_as_the_lease_gone() -> None:
+    """Only a fence says the lease is gone. A NoNode from the cursor write itself (a cursor
+    directory missing) is a failed write: retried, and the lease released after it, never
+    dropped standing."""
+    log: list[str] = []
+    writer = Writer(log, fail=NoNodeError)
+    held = held_ranges(log, writer)
+    held.give_up(RANGE, drained=True, committed=False, stragglers=[])
+    assert "released" not in log and len(held.hand_back) == 1, "dropped with its lease standing"
+    writer.fail = None
+    held.hand_back.tick()
+    assert log[-2:] == ["written", "released"]
