@@ -25,7 +25,7 @@ from keyshared.core.claims import PartitionClaims
 from keyshared.core.slots import SlotRange
 from keyshared.core.types import TP
 from keyshared.modes.handback import HandBack
-from keyshared.modes.range_cursors import cursors_for
+from keyshared.modes.range_cursors import cursors_for, metadata_budget
 from keyshared.runtime.dispatcher import Progress
 
 if TYPE_CHECKING:
@@ -107,9 +107,10 @@ class HeldRanges:
         :return: whether every write went through, and the ranges found fenced (forgotten
             here; the caller decides what else to stop).
         """
+        budget = metadata_budget(len(progress))  # a range's multi must fit ZooKeeper whole
         for slots, writer in list(self._writers.items()):
             for tp, cursor, finished, seen_end in progress:
-                computed = cursors_for(slots, claims.get(tp), cursor, finished, seen_end)
+                computed = cursors_for(slots, claims.get(tp), cursor, finished, seen_end, budget)
                 if computed is None:
                     continue  # not read by this window yet: its stored cursors stand
                 stamp = None if incarnations is None else incarnations.get(tp)

@@ -27,6 +27,7 @@ __all__ = [
     "cursors_for",
     "describe_claims",
     "low_watermarks",
+    "metadata_budget",
     "partitions_of",
     "stored_cursors",
     "token_lookup",
@@ -34,8 +35,15 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_CURSOR_METADATA_BYTES = 60_000  # well under ZooKeeper's 1 MB znode limit, per cursor
+CURSOR_METADATA_BYTES = 60_000
+"""The most metadata one cursor carries: well under ZooKeeper's 1 MB znode limit."""
+RANGE_METADATA_BYTES = 384_000
+"""The most metadata one range's cursors carry in one flush, all partitions together: a range's
+cursors go in one ``multi`` (``coordinator.cursors.MAX_TRANSACTION_BYTES``), which must fit
+ZooKeeper's ~1 MB request limit whole, or the write fails every flush and the range can never
+be handed back. Shared out per partition (and per piece)."""
 _RESET_TO_END = ("latest", "end", "largest")
+_LEAST_METADATA_BYTES = 256  # a few runs: below it a cursor names only its offset
 
 
 Decoded = dict[tuple[SlotRange, str, int], tuple[int, str, OffsetRuns]]
@@ -87,6 +95,7 @@ def cursors_for(
     window_cursor: int,
     finished: Iterable[int],
     seen_end: int,
+    metadata_bytes: int = CURSOR_METADATA_BYTES,
 ) -> list[tuple[SlotRange, int, str]] | None:
     """The cursor(s) of one range in one partition, from the member's window, as
     ``(slots, offset, metadata)``: one for the whole range, or one per piece of it. None when
@@ -104,6 +113,8 @@ def cursors_for(
 
     :param seen_end: one past the highest offset the window has taken in
         (:attr:`keyshared.core.window.InFlightWindow.seen_end`).
+    :param metadata_bytes: the most metadata this partition's cursor(s) of the range carry
+        (:func:`metadata_budget`); finished offsets past it are at most redone.
     """
     finished = OffsetRuns.coerce(finished)
     pieces = [] if claims is None else [p for p in claims.pieces if p.slots.overlaps(slots)]
@@ -119,7 +130,7 @@ def cursors_for(
         # One piece, or the window has taken in everything its pieces know: the window's
         # own account (each record judged by its own slot's piece) is the whole truth.
         carried = pieces[0].finished if len(pieces) == 1 else EMPTY_RUNS
-        return [(slots, *_cursor(floor, finished, carried))]
+        return [(slots, *_cursor(floor, finished, carried, metadata_bytes))]
     # The range resumes at different points for different slots (it was put together from
     # ranges held before), and one offset plus finished offsets cannot say "done for these
     # slots, not for those" above what the window has taken in. Each piece can: write one
@@ -127,13 +138,22 @@ def cursors_for(
     # member's range grew by one slot that resumed lower, it wrote the grown range's cursor at
     # that lower point before its window got there, and the next re-read ran again 25 records
     # it had finished two seconds before.
+    share = max(_LEAST_METADATA_BYTES, metadata_bytes // len(pieces))
     return [
-        (piece.slots, *_cursor(max(window_cursor, piece.start), finished, piece.finished))
+        (piece.slots, *_cursor(max(window_cursor, piece.start), finished, piece.finished, share))
         for piece in pieces
     ]
 
 
-def _cursor(floor: int, finished: OffsetRuns, carried: OffsetRuns) -> tuple[int, str]:
+def metadata_budget(partitions: int) -> int:
+    """Metadata bytes for each of a range's ``partitions`` cursors in one flush."""
+    share = RANGE_METADATA_BYTES // max(1, partitions)
+    return max(_LEAST_METADATA_BYTES, min(CURSOR_METADATA_BYTES, share))
+
+
+def _cursor(
+    floor: int, finished: OffsetRuns, carried: OffsetRuns, metadata_bytes: int
+) -> tuple[int, str]:
     """The offset and metadata saying "done below ``floor``, and at these offsets above".
 
     A stored cursor's finished offsets (``carried``) are only true for records of its own
@@ -150,7 +170,7 @@ def _cursor(floor: int, finished: OffsetRuns, carried: OffsetRuns) -> tuple[int,
     done = done.from_floor(floor + 1)
     if not done:
         return floor, ""
-    return floor, encode_within(floor, done, _CURSOR_METADATA_BYTES).text
+    return floor, encode_within(floor, done, metadata_bytes).text
 
 
 def _known_until(pieces: list[Any], floor: int) -> int:

@@ -7,6 +7,7 @@ write rate many times over, and every re-read read every cursor of the group.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -22,8 +23,11 @@ from coordinator.cursors import CursorWriter, flush_together, read_cursors
 from coordinator.errors import Fenced
 from coordinator.layout import GroupLayout
 from coordinator.leases import RangeLeases
+from keyshared.core.offsets import encode_within
+from keyshared.core.runs import OffsetRuns
 from keyshared.core.slots import SlotRange
 from keyshared.modes.claims_reader import ClaimsReader
+from keyshared.modes.range_cursors import metadata_budget
 from tests.coordinator.conftest import ClientFactory
 
 RANGES = [SlotRange(0, 99), SlotRange(100, 199), SlotRange(200, 299)]
@@ -279,3 +283,28 @@ def test_ranges_are_split_over_transactions_only_past_the_bound(
         assert chunk and (total <= bound or len(chunk) == 1)
         if i + 1 < len(chunks):
             assert total + chunks[i + 1][0].size > bound
+
+
+def test_a_range_of_many_partitions_with_full_metadata_still_fits_one_transaction(
+    member: Member,
+) -> None:
+    """A range's cursors go in one ``multi``, which ZooKeeper takes only whole and under about
+    1 MB. At 60 KB of metadata a cursor, 24 partitions made a request the server refused on
+    every flush, and the range could never be handed back: the metadata is now shared out
+    per partition (``metadata_budget``) so that the range's flush fits."""
+    rng = random.Random(24)
+    partitions = 24
+    budget = metadata_budget(partitions)
+    runs, at = [], 1
+    while at < 400_000:  # irregular runs: nothing for the codec to fold
+        runs.append((at, at + rng.randint(1, 9)))
+        at = runs[-1][1] + rng.randint(1, 9)
+    metadata = encode_within(0, OffsetRuns.from_runs(runs), budget).text
+    assert budget * 0.9 <= len(metadata) <= budget, "the test meant full cursors"
+    writer = member.writers[0]
+    for partition in range(partitions):
+        writer.stage("payments", partition, 0, metadata)
+    report = flush_together([writer])
+    assert report.written == {RANGES[0]: partitions}, report
+    stored = [c for c in read_cursors(member.client, member.layout) if c.slots == RANGES[0]]
+    assert len(stored) == partitions

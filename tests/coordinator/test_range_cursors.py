@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 from keyshared.core.claims import PartitionClaims, StoredCursor
 from keyshared.core.offsets import decode_finished
 from keyshared.core.slots import SlotRange
-from keyshared.modes.range_cursors import cursors_for
+from keyshared.modes.range_cursors import (
+    CURSOR_METADATA_BYTES,
+    RANGE_METADATA_BYTES,
+    cursors_for,
+    metadata_budget,
+)
 
 LOW, HIGH = SlotRange(0, 32767), SlotRange(32768, 65535)
 
@@ -207,3 +212,11 @@ def test_range_cursors_never_skip_an_undone_record_nor_undo_a_done_one(
             assert truly_done, f"offset {o} (slot {slots[o]}) would be skipped, never run"
         else:
             assert not truly_done, f"offset {o} (slot {slots[o]}) would run again"
+
+
+@given(st.integers(min_value=1, max_value=1_500))
+def test_a_ranges_metadata_in_one_flush_fits_one_zookeeper_request(partitions: int) -> None:
+    """Shared out per partition, never past a cursor's own bound, never below a few runs."""
+    budget = metadata_budget(partitions)
+    assert 256 <= budget <= CURSOR_METADATA_BYTES
+    assert budget * partitions <= RANGE_METADATA_BYTES
