@@ -24,11 +24,14 @@ active are picked up at its next activation.
 - **exactly-once**: ``assign()`` gives group metadata with generation -1, which the broker
   never checks, so the lock check before a commit is the only ZooKeeper-side fence, and it is
   check-then-act. The broker-side fence is the active role's one ``transactional.id``
-  (:class:`~keyshared.kafka.transactions.ActiveRole`): the producer is built at activation,
+  (:class:`~keyshared.kafka.active_role.ActiveRole`): the producer is built at activation,
   after the lock is won and before the committed offsets are read; its ``init_transactions``
   fences the last active member's producer and settles that one's open transaction, and the
   lock is checked again after it. A member stalled between its lock check and its commit
-  (a zombie) has its transaction refused; a fenced producer gives the role up.
+  (a zombie) has its transaction refused; a fenced producer gives the role up. Those lock
+  checks ``sync`` first and wait out a dropped connection (a blip is no fail-over). A role
+  the broker refuses for good (no ACL on the id) stops the run with a ``ConfigurationError``,
+  as a missing topic does: no member could be active.
 - **Kafka silent** past ``session.timeout.ms`` (cut off from Kafka, not ZooKeeper): the lock
   would stand while the member reads nothing, and every standby would wait for as long as the
   cut lasts. A standby leaves the queue then, and queues again once Kafka answers. The active
