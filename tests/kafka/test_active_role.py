@@ -158,3 +158,19 @@ def test_an_activation_whose_init_fails_leaves_nothing_active(
     committer.commit_async([state])
     assert committer.commit_sync([state])  # nothing of a standby's to commit
     assert (role.checks, len(FakeProducer.instances)) == (checks, producers)
+
+
+def test_a_rebuild_the_broker_refuses_for_good_stops_the_run_out_of_the_commit(
+    role_desk: tuple[TransactionalCommitter, Role, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ACL withdrawn while active: the producer's rebuild after a failed transaction meets
+    the refusal. The error leaves the commit (and so the poll loop: the run stops with it)
+    instead of a warning repeated at every commit interval."""
+    committer, _, state = role_desk
+    committer.activate()
+    committer._producer = None  # a failed transaction gave it up
+    error = KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "denied", fatal=True)
+    _init_fails(monkeypatch, error)
+    _finish(state, 0)
+    with pytest.raises(ConfigurationError, match=TXN_ID):
+        committer.commit_async([state])
