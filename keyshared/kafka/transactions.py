@@ -34,22 +34,8 @@ A producer fenced twice within a minute is the exception: another live process h
 ``transactional.id``, and a new producer would fence it back. The member stops instead.
 
 Exclusive mode with a coordinator hands one transactional identity from active member to
-active member (:class:`ActiveRole`): its members consume with ``assign()``, so the group
-generation fences nothing (KIP-447 needs a subscription), and only a shared
-``transactional.id`` lets the broker refuse a stalled ex-active member. A producer of the role
-exists only while the member is active; every ``init_transactions`` of it (the activation's,
-or a rebuild after a failure) is followed by a check that the lock is still this member's, so
-a producer that may commit was always initialised after the last holder's, and the next
-holder's initialisation fences it. A fence then means the role went elsewhere: the member
-gives the role up, instead of counting fences.
-
-```
-            serve_role()            activate(): init + lock still ours
-  standby ---------------> no producer -----------------------------> active (producer)
-                               ^                                          |
-                               |   deactivate() / fenced: role given up   |
-                               +------------------------------------------+
-```
+active member (:mod:`keyshared.kafka.active_role`): the committer then holds a producer only
+while the member is active, confirmed by the lock before and after its ``init_transactions``.
 """
 
 from __future__ import annotations
@@ -63,7 +49,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -78,6 +64,11 @@ from keyshared.core.offsets import Encoded, decode_finished, encode_monotone
 from keyshared.core.runs import OffsetRuns
 from keyshared.core.types import TP
 from keyshared.errors import ConfigurationError, KeySharedError
+from keyshared.kafka.active_role import (
+    ActiveRole,
+    active_role_transactional_id,
+    init_refused_for_good,
+)
 from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import KafkaConsumer
@@ -128,24 +119,6 @@ _REFUSED_OUTPUT = frozenset(
 
 class _ProducerStuck(Exception):
     """A transactional call that never returned: its producer was given up."""
-
-
-class ActiveRole(Protocol):
-    """A role whose one transactional identity passes from member to member (exclusive mode
-    with a coordinator). Implemented by the mode; called by the committer on the poll thread."""
-
-    def still_held(self) -> bool:
-        """Whether this member holds the role now: one authoritative read, made after each
-        ``init_transactions`` of the role's producer."""
-
-    def fenced(self) -> None:
-        """The role's producer was fenced (or could not be confirmed): give the role up."""
-
-
-def active_role_transactional_id(group: str) -> str:
-    """The one ``transactional.id`` of a group's active role: every member of an exclusive
-    group uses it, so each new active member's ``init_transactions`` fences the last one's."""
-    return f"keyshared-{group}-active"
 
 
 def producer_config(
@@ -290,15 +263,19 @@ class TransactionalCommitter(Committer):
         fences the last holder's producer and settles that one's open transaction (aborted,
         or its commit completed), so the committed offsets read next are final.
 
-        :raises KafkaException: the producer could not be initialised.
+        Active only once that succeeded: a failure leaves the committer a standby's, with
+        nothing to commit and no producer to rebuild.
+
+        :raises KafkaException: the producer could not be initialised (another try may pass).
+        :raises ConfigurationError: the broker refuses the role's ``transactional.id`` for good
+            (no member can become active).
         :raises KeySharedError: the lock was no longer this member's after the
             initialisation (nothing of this member can commit).
         """
         self.deactivate()
-        self._active = True
         if not self._build_role_producer():
-            self._active = False
             raise KeySharedError("the active role was lost while its producer was initialised")
+        self._active = True
 
     def deactivate(self) -> None:
         """Caller: the exclusive member, at every end of the active role (poll thread).
@@ -317,9 +294,20 @@ class TransactionalCommitter(Committer):
         """A producer of the role, confirmed: True if the lock was this member's before its
         ``init_transactions`` (a member that lost the role must not fence the one that has
         it) and still after it (the one read that makes the producer's commits safe);
-        otherwise the role is given up."""
+        otherwise the role is given up.
+
+        :raises ConfigurationError: the broker refuses the role to every member alike
+            (:func:`~keyshared.kafka.active_role.init_refused_for_good`): the run stops,
+            instead of each member in turn winning the lock, failing and handing it on.
+        """
         assert self._role is not None
-        producer = self._new_producer() if self._role.still_held() else None
+        try:
+            producer = self._new_producer() if self._role.still_held() else None
+        except KafkaException as exc:
+            refused = init_refused_for_good(exc, str(self._producer_config["transactional.id"]))
+            if refused is not None:
+                raise refused from None
+            raise
         if producer is None or not self._role.still_held():
             if producer is not None:
                 with contextlib.suppress(KafkaException, RuntimeError):

@@ -24,11 +24,14 @@ active are picked up at its next activation.
 - **exactly-once**: ``assign()`` gives group metadata with generation -1, which the broker
   never checks, so the lock check before a commit is the only ZooKeeper-side fence, and it is
   check-then-act. The broker-side fence is the active role's one ``transactional.id``
-  (:class:`~keyshared.kafka.transactions.ActiveRole`): the producer is built at activation,
+  (:class:`~keyshared.kafka.active_role.ActiveRole`): the producer is built at activation,
   after the lock is won and before the committed offsets are read; its ``init_transactions``
   fences the last active member's producer and settles that one's open transaction, and the
   lock is checked again after it. A member stalled between its lock check and its commit
-  (a zombie) has its transaction refused; a fenced producer gives the role up.
+  (a zombie) has its transaction refused; a fenced producer gives the role up. Those lock
+  checks ``sync`` first and wait out a dropped connection (a blip is no fail-over). A role
+  the broker refuses for good (no ACL on the id) stops the run with a ``ConfigurationError``,
+  as a missing topic does: no member could be active.
 - **Kafka silent** past ``session.timeout.ms`` (cut off from Kafka, not ZooKeeper): the lock
   would stand while the member reads nothing, and every standby would wait for as long as the
   cut lasts. A standby leaves the queue then, and queues again once Kafka answers. The active
@@ -147,6 +150,7 @@ class ExclusiveMember:
         self._kafka = KafkaLiveness(context.kafka_config, context.topics)
         self._aside = RoleWithdrawal(self._kafka, self._me, self._group, self._standby_queued)
         self._closing = False
+        self._failure: ConfigurationError | None = None  # stops the run at the next tick
 
     @property
     def active(self) -> bool:
@@ -189,6 +193,9 @@ class ExclusiveMember:
         if self._ready is not None and not self._hand_back.busy(_ACTIVE):
             ready, self._ready = self._ready, None
             self._activate(ready)
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure  # out of the poll loop: run() ends with it
 
     def leave(self) -> None:
         """After the final commit: stop waiting, or give up the active role once no handler
@@ -269,11 +276,10 @@ class ExclusiveMember:
                 self._role_producer.activate()
             partitions = _partitions_of(self._consumer, self._topics, timeout)
             starts = committer.starting_points(partitions, timeout)
-        except ConfigurationError as exc:  # a topic is missing: no member can be active
-            log.error("%s won the active role but %s; stopping", self._me, exc)
-            candidacy.withdraw()
-            self._candidacy = None
-            self._ctx.request_stop()
+        except ConfigurationError as exc:
+            # A topic is missing, or the broker refuses the role's transactional.id: no member
+            # can be active, and handing the lock on would only have the next one fail alike.
+            self._stop_for(candidacy, exc)
             return
         except (KeySharedError, KafkaException) as exc:
             # Kafka did not answer in time (a rolling restart, a stale coordinator): another
@@ -305,6 +311,15 @@ class ExclusiveMember:
             token,
             ", ".join(f"{t}[{p}]@{starts.get((t, p), (None, ''))[0]}" for t, p in partitions),
         )
+
+    def _stop_for(self, candidacy: _Candidacy, exc: ConfigurationError) -> None:
+        """End the role like every other end (producer dropped, lock given up) and stop the
+        run: ``run()`` raises ``exc`` from the next tick."""
+        log.error("%s won the active role but %s; stopping", self._me, exc)
+        self._drop_role_producer()
+        candidacy.withdraw()
+        self._candidacy = None
+        self._failure = exc
 
     def _give_up(self, candidacy: _Candidacy, exc: Exception) -> None:
         """Activation failed: holding the lock while processing nothing would keep every
@@ -399,12 +414,20 @@ class ExclusiveMember:
         log.error("commit refused: the active lock of %s is no longer %s's", self._group, self._me)
         return False
 
-    def _lock_is_ours(self, candidacy: _Candidacy) -> bool | None:
+    def _lock_is_ours(self, candidacy: _Candidacy, synced: bool = False) -> bool | None:
         """Whether ``candidacy``'s lock znode is the lowest contender now (one read); None if
-        ZooKeeper did not answer."""
+        ZooKeeper did not answer.
+
+        :param synced: ``sync`` the lock's directory first, so that the server this session
+            reads from has applied every write the leader committed before (a follower
+            lagging behind would otherwise answer with children already deleted).
+        """
         token = candidacy.lock.token
+        client = self._zk.client
         try:
-            children = self._zk.client.get_children(self._active_dir)
+            if synced:
+                client.sync(self._active_dir)
+            children = client.get_children(self._active_dir)
         except KazooException as exc:
             log.warning("checking the active lock failed: %s", exc)
             return None
@@ -414,12 +437,30 @@ class ExclusiveMember:
     # -- ActiveRole (the transactional committer, exactly-once only) ---------------------------
 
     def still_held(self) -> bool:
-        """The lock is this member's now: checked after each ``init_transactions`` of the
-        role's producer (unknown counts as not held: that producer then commits nothing)."""
+        """The lock is this member's now: checked before and after each ``init_transactions``
+        of the role's producer (unknown counts as not held: that producer then commits
+        nothing, and the role is given up).
+
+        Authoritative, not merely recent: the read follows a ``sync``, so a follower that has
+        not yet applied a deletion of this member's znode (the session expired while the
+        producer was initialised, and the next holder's init fenced it) cannot answer "held".
+        A dropped connection is waited out, within the session timeout, rather than taken for
+        a loss: CONNECTED again within the session keeps the lock, and giving the role up
+        would be a fail-over (every uncommitted record redone) for a blip. Only a lost session
+        (or no connection for a whole session timeout) ends it.
+        """
         candidacy = self._candidacy
-        if candidacy is None or self._gate.lost or self._gate.suspended:
-            return False
-        return bool(self._lock_is_ours(candidacy))
+        for _ in range(2):  # a read cut by the connection dropping is made again, once
+            if candidacy is None or candidacy is not self._candidacy or self._gate.lost:
+                return False
+            if self._gate.suspended and not self._gate.await_connection():
+                return False
+            held = self._lock_is_ours(candidacy, synced=True)
+            if held is not None:
+                return held
+            if not self._gate.await_connection():
+                return False
+        return False
 
     def fenced(self) -> None:
         """The role's producer was fenced: another member is active (or the broker ended this

@@ -142,7 +142,10 @@ class SessionGate:
         """Wait, at most one session timeout, for a dropped connection to come back; True if
         it did within the session. For a hand-over's final commit: refused while suspended, it
         would leave finished records to the next owner; past a session timeout away the
-        session has expired, and its lease or lock with it (kazoo says LOST on reconnect)."""
+        session has expired, and its lease or lock with it (kazoo says LOST on reconnect).
+        And for the exclusive role's lock check after a producer's initialisation: giving the
+        role up for a blip would be a fail-over. Poll thread only (the session's events wait
+        in its inbox meanwhile)."""
         client = self._zk.client
         changed = threading.Event()
 
@@ -151,9 +154,11 @@ class SessionGate:
             return False
 
         client.add_listener(listener)
+        waited = False
         try:
             deadline = time.monotonic() + self._zk.session_timeout
             while client.state == KazooState.SUSPENDED and not self.lost:
+                waited = True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -163,7 +168,8 @@ class SessionGate:
             client.remove_listener(listener)
         if self.lost or client.state != KazooState.CONNECTED:
             return False
-        log.info("ZooKeeper connection back within the session: committing")
+        if waited:
+            log.info("ZooKeeper connection back within the session: going on")
         with self._lock:
             self._flags = self._flags._replace(suspended=False)  # RESUMED follows via the inbox
         return True
