@@ -5,7 +5,7 @@ would pass whatever the members wrote."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.chaos.outputs import Output, judge_outputs
@@ -40,6 +40,7 @@ def runs(draw: st.DrawFn) -> tuple[list[RecordId], set[RecordId]]:
     return order, dead
 
 
+@settings(deadline=None)  # a loaded 2-core machine: no per-example time limit
 @given(runs())
 def test_a_clean_run_is_judged_clean(run: tuple[list[RecordId], set[RecordId]]) -> None:
     order, dead = run
@@ -48,6 +49,7 @@ def test_a_clean_run_is_judged_clean(run: tuple[list[RecordId], set[RecordId]]) 
     assert verdict.read == len(order) - len(dead)
 
 
+@settings(deadline=None)
 @given(runs(), st.data())
 def test_every_fault_of_the_outputs_is_counted(
     run: tuple[list[RecordId], set[RecordId]], data: st.DataObject
