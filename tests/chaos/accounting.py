@@ -107,9 +107,10 @@ def account_duplicates(
         if (first.pid, rid) in at_risk:
             continue
         # The group took its partitions, or its ZooKeeper session expired (fenced: what it
-        # finished but had not written to a cursor is discarded and redone).
+        # finished but had not written to a cursor is discarded and redone), or (exactly-once,
+        # exclusive mode) the active role's producer was fenced and the member gave the role up.
         if any(
-            f.cause in ("lost", "expired")
+            f.cause in ("lost", "expired", "fenced")
             and f.covers(first.pid, first.partition)
             and first.end <= f.t_resume
             for f in fences

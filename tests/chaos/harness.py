@@ -65,10 +65,19 @@ from tests.chaos.fences import (
 )
 from tests.chaos.members import Members, PacedProducer
 from tests.chaos.observers import CommitWatch, GroupStates, JournalTail, read_dlq, run_verify
+from tests.chaos.outputs import (
+    FENCED_LOG,
+    fence_producer,
+    fenced_id,
+    judge_outputs,
+    read_outputs,
+    role_fences,
+)
 from tests.chaos.plan import (
     EXPIRED_LOG,
     FAULT_GAP_S,
     KAFKA_SESSION_MS,
+    PRODUCER_FENCE,
     QUIET,
     ChaosPlan,
     Fault,
@@ -133,11 +142,14 @@ def run_chaos(
     dlq = f"{topic}.dlq"
     create_topic(admin, topic, plan.partitions, replication_factor=-1)
     create_topic(admin, dlq, plan.partitions, replication_factor=-1)
+    out = f"{topic}.out" if plan.exactly_once else None
+    if out is not None:
+        create_topic(admin, out, plan.partitions, replication_factor=-1)
     if plan.group_protocol == "consumer":
         _set_group_session(admin, group)
     keys: list[bytes | None] = [f"key-{i:05d}".encode() for i in range(plan.keys)]
     records = sequenced(keys, plan.per_key, seed=plan.seed)
-    members = Members(plan, bootstrap, zookeeper, group, topic, workdir)
+    members = Members(plan, bootstrap, zookeeper, group, topic, workdir, out_topic=out)
     faults = fault_schedule(plan)
     rng = random.Random(plan.seed + 1)
     tail = JournalTail(members.journal)
@@ -185,7 +197,8 @@ def run_chaos(
         _await_commits(plan, bootstrap, group, topic, tail, progress, members)
         result.exit_codes = members.stop_all()
         result.elapsed_s = time.monotonic() - started
-        dead = read_dlq(bootstrap, dlq, plan.partitions)
+        dead = read_dlq(bootstrap, dlq, plan.partitions, committed=plan.exactly_once)
+        outputs, unread = read_outputs(bootstrap, out, plan.partitions) if out else ([], [])
         verify = run_verify(bootstrap, group, topic)
     finally:
         members.close()
@@ -203,12 +216,25 @@ def run_chaos(
             fault.t_noticed = log_time(
                 members, fault.target, EXPIRED_LOG, clock_offset_ns, after=fault.t_fault
             )
+        elif fault.kind == PRODUCER_FENCE and fault.expired:
+            fault.t_noticed = log_time(
+                members, fault.target, FENCED_LOG, clock_offset_ns, after=fault.t_fault
+            )
     expiries = session_expiries(members, faults, clock_offset_ns)
     result.unexpected_expiries = unexpected_expiries(expiries, faults, plan.session_timeout)
     result.other_expiries = [f"{name}: t={fence.t_resume}" for name, fence in expiries]
     fences = [*fences_from_logs(members, clock_offset_ns), *(fence for _, fence in expiries)]
+    if plan.exactly_once:
+        fences += role_fences(members, clock_offset_ns)
     analyse(read_journal(members.journal), plan, expected, members.killed, dead, result, fences)
-    delete_topics(AdminClient({"bootstrap.servers": bootstrap}), [topic, dlq])
+    if out is not None:
+        result.outputs = judge_outputs(
+            outputs, records, {(letter.key, letter.seq) for letter in dead}
+        )
+        result.outputs.unread = unread
+    delete_topics(
+        AdminClient({"bootstrap.servers": bootstrap}), [topic, dlq, *([out] if out else [])]
+    )
     return result
 
 
@@ -257,8 +283,31 @@ def _inject(
         cluster.stop_zookeeper(kill=True)
         cluster.start_zookeeper()
         fault.t_recovered = time.monotonic_ns()
+    elif fault.kind == PRODUCER_FENCE:
+        _fence(fault, cluster.bootstrap_servers, members, tail, rng)
     else:
         raise ValueError(fault.kind)
+
+
+def _fence(
+    fault: Fault, bootstrap: str, members: Members, tail: JournalTail, rng: random.Random
+) -> None:
+    """Fence a busy member's transactional producer (exclusive mode: the active one's, through
+    the role's id) and wait until the member logs that it was fenced: it notices at its next
+    transactional request, within a commit interval while it has work."""
+    name = _busy_member(members, tail) or rng.choice(sorted(members.procs))
+    fault.target, fault.pid = name, members.procs[name].pid
+    logged = len(members.log(name))
+    fence_producer(bootstrap, fenced_id(members, name))
+    fault.t_fault = time.monotonic_ns()
+    deadline = time.monotonic() + 30.0
+    while FENCED_LOG not in members.log(name)[logged:]:
+        if time.monotonic() > deadline:
+            fault.note = "the member never logged the fence"
+            return
+        time.sleep(0.1)
+    fault.expired = True  # noticed: the member logged the fence
+    fault.t_recovered = time.monotonic_ns()
 
 
 def _victim(

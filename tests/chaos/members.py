@@ -39,9 +39,11 @@ class Members:
         group: str,
         topic: str,
         workdir: Path,
+        out_topic: str | None = None,
     ) -> None:
         self.plan, self.bootstrap, self.zookeeper = plan, bootstrap, zookeeper
         self.group, self.topic, self.workdir = group, topic, workdir
+        self.out_topic = out_topic  # exactly-once runs: where the handlers write their outputs
         self.journal = workdir / "journal"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.names_by_pid: dict[int, str] = {}
@@ -73,7 +75,18 @@ class Members:
             args += ["--mode", plan.mode]
         if plan.uses_zookeeper:
             args += ["--zookeeper", self.zookeeper, "--session-timeout", str(plan.session_timeout)]
+        if plan.exactly_once:
+            args.append("--exactly-once")
+            if plan.mode != "exclusive":  # exclusive members share the active role's id
+                args += ["--transactional-id", self.transactional_id(name)]
         return args
+
+    def transactional_id(self, name: str) -> str:
+        """The ``transactional.id`` of member ``name`` in the partition modes: one per slot,
+        as a pod's name, so a replacement's ``init_transactions`` aborts what its killed
+        predecessor left open at once, instead of blocking read_committed readers until the
+        transaction times out."""
+        return f"{self.group}-{self.slot_of(name)}"
 
     def start(self, slot: str) -> str:
         self._generation[slot] += 1
@@ -84,6 +97,8 @@ class Members:
             "KS_FAIL_ALWAYS_RATE": str(self.plan.fail_always_rate),
             "KS_SLOW_KEYS": f"{self.plan.slow_keys[0]},{self.plan.slow_keys[1]}",
         }
+        if self.out_topic is not None:
+            env["KS_OUT_TOPIC"] = self.out_topic
         for _ in range(_PID_TRIES):
             proc = start_consumer(
                 self.bootstrap, self.group, self.topic, self.journal, workers=self.plan.workers,

@@ -178,11 +178,17 @@ class DeadLetter:
     error_message: str
 
 
-def read_dlq(bootstrap: str, topic: str, partitions: int) -> list[DeadLetter]:
-    """Every record of the DLQ topic, from the beginning to the high watermark."""
+def read_dlq(
+    bootstrap: str, topic: str, partitions: int, *, committed: bool = False
+) -> list[DeadLetter]:
+    """Every record of the DLQ topic, from the beginning to the high watermark; ``committed``:
+    only those of committed transactions (an exactly-once member's dead letters are outputs of
+    its transactions: an aborted one's are not dead letters), up to each partition's end."""
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": unique_name("chaos-dlq-reader"),
-         "enable.auto.commit": False, "log_level": QUIET}
+         "enable.auto.commit": False, "log_level": QUIET,
+         **({"isolation.level": "read_committed", "enable.partition.eof": True}
+            if committed else {})}
     )  # fmt: skip
     letters: list[DeadLetter] = []
     try:
@@ -195,6 +201,13 @@ def read_dlq(bootstrap: str, topic: str, partitions: int) -> list[DeadLetter]:
         while todo:
             assert time.monotonic() < deadline, f"DLQ not read to its end: {todo} left"
             msg = consumer.poll(1.0)
+            if msg is not None and committed and msg.error() is not None:
+                # at the end of what a read_committed reader sees: the last offsets of a
+                # partition may be transaction markers, never delivered
+                tp = TopicPartition(topic, msg.partition())
+                if consumer.position([tp])[0].offset >= ends[msg.partition()]:
+                    todo.discard(msg.partition())
+                continue
             if msg is None or msg.error():
                 continue
             headers: dict[str, str] = {}

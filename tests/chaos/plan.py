@@ -23,6 +23,9 @@ SERVER_FAULTS = (*BROKER_FAULTS, "zookeeper_restart")
 # One member of a three-member ensemble: the quorum stays, kazoo moves to another member and
 # its session survives. Nothing is excused around these: no one may be fenced, nothing redone.
 ENSEMBLE_FAULTS = ("zookeeper_follower_kill", "zookeeper_leader_kill")
+# Exactly-once runs: another producer initialises a live member's transactional.id.
+PRODUCER_FENCE = "producer_fence"
+EXACTLY_ONCE_MODES = ("partition", "partition_leases", "exclusive")
 
 
 # -- the plan ----------------------------------------------------------------------------------
@@ -62,6 +65,12 @@ class ChaosPlan:
         elected member assigns, every rebalance waits for every member) or ``consumer``
         (KIP-848: the broker assigns each member on its heartbeats, with no group-wide
         barrier); the group's session is ``KAFKA_SESSION_MS`` either way.
+    :param exactly_once: the members run ``--exactly-once`` and write each finished record's
+        sequence number under its key to an output topic (``record.output``), which the
+        judge reads back with ``read_committed`` (modes ``EXACTLY_ONCE_MODES``).
+    :param fences_at: (exactly-once) when the harness fences a busy member's transactional
+        producer: it starts a producer with the member's ``transactional.id`` (exclusive mode:
+        the active role's) and calls ``init_transactions``.
     """
 
     mode: str
@@ -90,6 +99,8 @@ class ChaosPlan:
     zookeeper_failovers_at: tuple[float, ...] = ()
     broker_down_seconds: float = 8.0
     group_protocol: str = "classic"
+    exactly_once: bool = False
+    fences_at: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -107,6 +118,12 @@ class ChaosPlan:
             raise ValueError("leader kills, rolling restarts and failovers need topology=True")
         if self.topology and (self.broker_restarts_at or self.zookeeper_restarts_at):
             raise ValueError("a topology run restarts single nodes, not the whole cluster")
+        if self.exactly_once and self.mode not in EXACTLY_ONCE_MODES:
+            raise ValueError(
+                f"exactly_once needs a mode of {EXACTLY_ONCE_MODES}, not {self.mode!r}"
+            )
+        if self.fences_at and not self.exactly_once:
+            raise ValueError("fences_at fences transactional producers: it needs exactly_once")
 
     @property
     def uses_zookeeper(self) -> bool:
@@ -133,14 +150,16 @@ class ChaosPlan:
 class Fault:
     """One injected fault. Times are CLOCK_MONOTONIC ns, like the journals."""
 
-    kind: str  # one of MEMBER_FAULTS, SERVER_FAULTS, ENSEMBLE_FAULTS
+    kind: str  # one of MEMBER_FAULTS, SERVER_FAULTS, ENSEMBLE_FAULTS, PRODUCER_FENCE
     at: float  # planned, seconds into the fault phase
     target: str = ""  # member name for member faults, node for a topology's node faults
     pid: int = 0
     t_fault: int = 0  # SIGKILL / SIGSTOP sent, server killed
     t_recovered: int = 0  # replacement started, SIGCONT sent, server answering again
     expired: bool = False  # member_stall: the member's log confirms its session expired
+    # (producer_fence: the member's log confirms that it was fenced)
     t_noticed: int = 0  # member_stall: when the member logged that its session had expired
+    # (producer_fence: when the member logged that its producer was fenced)
     in_flight: int = 0  # calls of the victim open at t_fault
     at_risk: int = 0  # ... plus calls it started within the commit window before t_fault
     resumed_s: float | None = None  # fault -> first affected key finished again
@@ -177,6 +196,7 @@ def fault_schedule(plan: ChaosPlan) -> list[Fault]:
         faults += [
             Fault("zookeeper_restart", at * plan.fault_seconds) for at in plan.zookeeper_restarts_at
         ]
+    faults += [Fault(PRODUCER_FENCE, at * plan.fault_seconds) for at in plan.fences_at]
     at = rng.uniform(*plan.kill_every) / 2
     while at < plan.fault_seconds - 1.0:
         faults.append(Fault("member_kill", at))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tests.chaos.fences import Handover
 from tests.chaos.observers import GroupStates
+from tests.chaos.outputs import OutputVerdict
 from tests.chaos.plan import ChaosPlan, Fault
 from tests.kafka.support.journal import (
     RecordId,
@@ -60,6 +61,8 @@ class ChaosResult:
     # the producer held back by the schedule (topology runs): no key can finish a record that
     # was not produced, so convergence does not count these stretches
     producer_pauses: list[tuple[int, int]] = field(default_factory=list)
+    # exactly-once runs: the output topic read back with read_committed, judged
+    outputs: OutputVerdict | None = None
 
     @property
     def in_flight(self) -> int:
@@ -141,6 +144,17 @@ class ChaosResult:
             f"keyshared verify: exit {self.verify_exit}, problems {self.verify_problems[:3]}, "
             f"dead letters {self.verify_dead_letters}",
         ]
+        if self.outputs is not None:
+            out = self.outputs
+            lines.append(
+                f"exactly-once outputs (read_committed): read {out.read}, duplicates "
+                f"{len(out.duplicates)}, losses {len(out.losses)}, per-key order breaks "
+                f"{len(out.order_breaks)}, partitions not read to their end {out.unread}"
+            )
+            for what, found in (("duplicates", out.duplicates), ("losses", out.losses),
+                                ("order breaks", out.order_breaks)):  # fmt: skip
+                if found:
+                    lines.append(f"first output {what}: {found[:5]}")
         if self.violations:
             lines.append(f"first violations: {self.violations[:5]}")
         if self.unexplained_duplicates:

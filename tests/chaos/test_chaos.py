@@ -74,6 +74,18 @@ def _topology_plan(mode: str, *, full: bool) -> ChaosPlan:
     )
 
 
+EXACTLY_ONCE: dict[str, ChaosPlan] = {
+    mode: replace(SHORT[mode], exactly_once=True, fences_at=(0.1,))
+    for mode in ("partition", "partition_leases", "exclusive")
+}
+"""The short runs with exactly-once outputs, plus a producer fenced mid-run: early, while
+records still flow (a member notices a fence only at its next transaction; an exclusive run
+had finished every record by a fence at 0.3 of the phase on a loaded machine)."""
+EXACTLY_ONCE_CI = ("partition_leases",)
+"""The one exactly-once mode of CI: partition leases cover the most (ZooKeeper leases and the
+Kafka group's generation, a transactional id per member, poison records dead-lettered inside
+the transactions); the others run with ``--chaos``."""
+
 TOPOLOGY: dict[str, ChaosPlan] = {mode: _topology_plan(mode, full=False) for mode in SHORT}
 TOPOLOGY_FULL: dict[str, ChaosPlan] = {mode: _topology_plan(mode, full=True) for mode in SHORT}
 
@@ -99,6 +111,7 @@ def long_plan(plan: ChaosPlan, minutes: float, rate: float | None = None) -> Cha
         leader_kills_at=spread(plan.leader_kills_at),
         zookeeper_failovers_at=spread(plan.zookeeper_failovers_at),
         rolling_restarts_at=spread(plan.rolling_restarts_at),
+        fences_at=spread(plan.fences_at),
         settle_seconds=600.0,
     )
 
@@ -149,6 +162,35 @@ def test_chaos_with_the_consumer_group_protocol(
     ``exclusive`` assign partitions themselves)."""
     plan = replace(asked(SHORT[mode], request.config), group_protocol="consumer")
     judge(run_chaos(plan, local_cluster, tmp_path), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param(m, marks=[] if m in EXACTLY_ONCE_CI else [pytest.mark.chaos_by_hand])
+        for m in EXACTLY_ONCE
+    ],
+)
+def test_chaos_exactly_once(
+    mode: str,
+    request: pytest.FixtureRequest,
+    local_cluster: LocalCluster,
+    tmp_path: Path,
+) -> None:
+    """The short run's faults with ``--exactly-once`` members and a producer fenced mid-run:
+    the journal judge as in :func:`test_chaos`, and the output topic read with
+    ``read_committed`` holds each finished record's output exactly once, in per-key order, and
+    none of a dead-lettered record."""
+    result = judge(run_chaos(asked(EXACTLY_ONCE[mode], request.config), local_cluster, tmp_path),
+                   tmp_path)  # fmt: skip
+    report = result.report()
+    fences = [f for f in result.faults if f.kind == "producer_fence"]
+    assert fences and all(f.expired for f in fences), f"a fence went unnoticed\n{report}"
+    out = result.outputs
+    assert out is not None and not out.unread, f"outputs not read to their end\n{report}"
+    assert not out.duplicates, f"duplicate outputs\n{report}"
+    assert not out.losses, f"lost outputs\n{report}"
+    assert not out.order_breaks, f"per-key order of the outputs broken\n{report}"
 
 
 OPEN_TOPOLOGY: tuple[str, ...] = ()
