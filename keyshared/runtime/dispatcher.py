@@ -105,7 +105,9 @@ class Dispatcher:
         self._serial = options.mode is Mode.EXCLUSIVE  # one ordered lane per partition
         self._holds: dict[str, float] = {}  # name -> monotonic time it was taken
         self._held: list[tuple[int, list[Work]]] | None = None  # ready while a hold is in place
-        self._live: Callable[[], bool] | None = None  # a coordinator's "may I still run?"
+        # A coordinator's "may I still run?" (None: nothing to ask). Read directly by the
+        # executor, which asks it per record: a call to live() per record cost more.
+        self.liveness: Callable[[], bool] | None = None
         self._fenced = FencedKeys()  # keys waiting for calls of removed states
         self._fencing = False  # whether any such call runs: the common path asks nothing more
         self._stragglers: dict[TP, list[PartitionState]] = {}  # removed, calls still running
@@ -153,6 +155,8 @@ class Dispatcher:
         """
         now = time.monotonic()
         metrics = state.metrics
+        if not messages:
+            return
         serial = self._serial
         unordered_nulls = not self._options.null_keys_ordered
         cache = self._worker_cache
@@ -160,6 +164,7 @@ class Dispatcher:
         split_mask = splits.mask
         hash_of = hash  # a local: saves the builtins lookup per record
         ready: dict[int, list[Work]] = {}
+        sampled: list[bytes] = []  # busiest-key samples, noted once per batch
         started = 0
         with self._lock:
             if state.phase is not Phase.ACTIVE:
@@ -167,12 +172,12 @@ class Dispatcher:
                 return
             accepts = self._ownership.admission(state)
             window = state.window
-            done_before = window.done_on_arrival if window is not None else 0
-            stats = state.stats
+            if window is None:
+                window = state.window = self.new_window(state, messages[0].offset())
+            done_before = window.done_on_arrival
+            admit = window.admit
             for msg in messages:
                 offset = msg.offset()
-                if window is None:
-                    window = state.window = self.new_window(state, offset)
                 key = msg.key()
                 if key is not None:
                     # hash() is cached on the key object: the worker lookup below reuses it.
@@ -180,7 +185,7 @@ class Dispatcher:
                     if not key_hash & split_mask:
                         splits.note(state.topic, state.partition, key_hash, key)
                 if not offset & _SAMPLE_MASK:
-                    stats.note_received(key or b"", _SAMPLE_WEIGHT)
+                    sampled.append(key or b"")
                 if accepts is not None and not accepts(key, offset):
                     window.admit_finished(offset)
                     metrics.filtered.inc()
@@ -188,13 +193,18 @@ class Dispatcher:
                 if serial:
                     lane_key: bytes | None = None
                     worker = state.partition % self._workers
-                elif key is None and unordered_nulls:
-                    lane_key, worker = None, next(self._round_robin)
+                elif key is None:
+                    if unordered_nulls:
+                        lane_key, worker = None, next(self._round_robin)
+                    else:
+                        lane_key = None
+                        cached = cache.get(b"")
+                        worker = self._worker_for(b"") if cached is None else cached
                 else:
                     lane_key = key
-                    cached = cache.get(key or b"")
-                    worker = self._worker_for(key or b"") if cached is None else cached
-                entry = window.admit(offset, lane_key, worker, msg, now)
+                    cached = cache.get(key)
+                    worker = self._worker_for(key) if cached is None else cached
+                entry = admit(offset, lane_key, worker, msg, now)
                 if entry is not None:
                     started += 1
                     works = ready.get(worker)
@@ -202,10 +212,12 @@ class Dispatcher:
                         ready[worker] = [(state, entry)]
                     else:
                         works.append((state, entry))
-            skipped = window.done_on_arrival - done_before if window is not None else 0
+            skipped = window.done_on_arrival - done_before
             state.running += started
             for worker, works in ready.items():
                 self._dispatch(worker, works)
+        if sampled:
+            state.stats.note_received_many(sampled, _SAMPLE_WEIGHT)
         metrics.received.inc(len(messages))
         if skipped:
             metrics.skipped_done.inc(skipped)
@@ -531,10 +543,10 @@ class Dispatcher:
 
         Caller: a coordinator, before the first record. Affects: dispatch.
         """
-        self._live = live
+        self.liveness = live
 
     def live(self) -> bool:
-        live = self._live
+        live = self.liveness
         return live is None or live()
 
     def defer(self, state: PartitionState, entry: Entry[Any]) -> None:
@@ -560,7 +572,7 @@ class Dispatcher:
             works = self._fenced.admit(works)
             if not works:
                 return
-        if self._held is None and self._live is not None and not self._live():
+        if self._held is None and self.liveness is not None and not self.liveness():
             self._take_hold(LIVENESS_HOLD)
         if self._held is not None:
             self._held.append((worker, works))
