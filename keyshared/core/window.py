@@ -5,6 +5,11 @@ made safely. It admits records in offset order, lets at most one record per key 
 parks later records of a busy key in that key's own FIFO, and computes the *safe cursor*: the
 offset Kafka may be told to resume from without skipping an unfinished record.
 
+Completions may come one by one (:meth:`InFlightWindow.complete`) or as a settlement batch
+(:meth:`InFlightWindow.complete_many`); a batch is, by definition and by test, the same as its
+entries completed one at a time in its order: same window afterwards, same records released in
+the same order. So every ordering and cursor invariant holds for batches as it does per record.
+
 It is deliberately single-threaded and I/O-free: the Kafka adapter owns it under a lock, feeds it
 records and completions, and acts on what it returns (records to dispatch, pause/resume hints).
 What the owner reads of it (the safe cursor, counts, fill level, the blocker) is in

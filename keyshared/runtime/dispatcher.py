@@ -20,6 +20,11 @@ When a ready record may not start yet:
   partition's *stragglers* (:meth:`Dispatcher.stragglers`): whatever hands a partition over
   waits for them as well as for the state it knows.
 
+Settlement comes in batches (:meth:`Dispatcher.finish_many`, one lock acquisition): each run of
+entries of one active partition is completed in one window step, which the window guarantees
+equal to completing them one by one, so a batch moves every state exactly as its records
+settled in turn would; entries of a partition that is no longer active go one by one.
+
 A record waiting out its retry backoff counts as running (its key is busy and its window may
 not be replaced under it) until it runs again or its partition stops dispatching.
 """
