@@ -5,6 +5,11 @@ made safely. It admits records in offset order, lets at most one record per key 
 parks later records of a busy key in that key's own FIFO, and computes the *safe cursor*: the
 offset Kafka may be told to resume from without skipping an unfinished record.
 
+Completions may come one by one (:meth:`InFlightWindow.complete`) or as a settlement batch
+(:meth:`InFlightWindow.complete_many`); a batch is, by definition and by test, the same as its
+entries completed one at a time in its order: same window afterwards, same records released in
+the same order. So every ordering and cursor invariant holds for batches as it does per record.
+
 It is deliberately single-threaded and I/O-free: the Kafka adapter owns it under a lock, feeds it
 records and completions, and acts on what it returns (records to dispatch, pause/resume hints).
 What the owner reads of it (the safe cursor, counts, fill level, the blocker) is in
@@ -198,37 +203,61 @@ class InFlightWindow(WindowReports[P]):
             if found is None:
                 raise KeyError(f"offset {entry} is not in flight in this window")
             entry = found
-        if not entry.in_flight:
-            raise KeyError(f"offset {entry.offset} is not in flight in this window")
-        entry.in_flight = False
-        entry.done = True
-        self._in_flight -= 1
-        self._unfinished -= 1
         released: list[Entry[P]] = []
-        self._worker_load[entry.worker] -= 1
-        if self._backlogged:
-            backlog = self._worker_backlog.get(entry.worker)
-            if backlog:
-                self._backlogged -= 1
-                released.append(self._start(backlog.popleft()))
-        if entry.ordered:
-            nxt = entry.next
-            if nxt is None:
-                del self._key_tails[entry.key]
-            else:
-                entry.next = None
-                started = self._try_start(nxt)
-                if started is not None:
-                    released.append(started)
-        pending = self._pending
-        if pending and pending[0] is entry:
-            pending.popleft()
-            self._advance()
-        else:
-            self._finished_inside += 1
-            if self._finished_inside > 64 and self._finished_inside > self._unfinished:
-                self._compact()
+        self.complete_many((entry,), released)
         return released
+
+    def complete_many(
+        self,
+        entries: Iterable[Entry[P]],
+        released: list[Entry[P]],
+        refused: list[Entry[P]] | None = None,
+    ) -> None:
+        """Complete several in-flight records in one step, as :meth:`complete` one by one would.
+
+        The records each completion releases are appended to ``released``, in the order the
+        completions in turn would have returned them, so the resulting window (and what starts)
+        is the same as completing them one at a time. A record that is not in flight raises
+        ``KeyError`` (the ones before it stay completed); with ``refused`` given it is
+        appended there instead and the rest go on: a settlement of many records must not
+        leave the others' keys busy because one of them was settled twice.
+        """
+        worker_load = self._worker_load
+        key_tails = self._key_tails
+        for entry in entries:
+            if not entry.in_flight:
+                if refused is None:
+                    raise KeyError(f"offset {entry.offset} is not in flight in this window")
+                refused.append(entry)
+                continue
+            entry.in_flight = False
+            entry.done = True
+            self._in_flight -= 1
+            self._unfinished -= 1
+            worker = entry.worker
+            worker_load[worker] -= 1
+            if self._backlogged:
+                backlog = self._worker_backlog.get(worker)
+                if backlog:
+                    self._backlogged -= 1
+                    released.append(self._start(backlog.popleft()))
+            if entry.ordered:
+                nxt = entry.next
+                if nxt is None:
+                    del key_tails[entry.key]
+                else:
+                    entry.next = None
+                    started = self._try_start(nxt)
+                    if started is not None:
+                        released.append(started)
+            pending = self._pending
+            if pending and pending[0] is entry:
+                pending.popleft()
+                self._advance()
+            else:
+                self._finished_inside += 1
+                if self._finished_inside > 64 and self._finished_inside > self._unfinished:
+                    self._compact()
 
     def _compact(self) -> None:
         """Drop the finished entries inside the queue: amortised O(1) per record, and the

@@ -9,6 +9,8 @@ one bucket increment per occupied bucket and one sum increment per histogram.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
+from functools import partial
 from typing import Any
 
 __all__ = ["observe_many"]
@@ -29,10 +31,7 @@ def observe_many(histogram: Any, values: list[float]) -> None:
         for value in values:
             histogram.observe(value)
         return
-    counts = [0] * len(bounds)
-    for value in values:
-        counts[bisect_left(bounds, value)] += 1
-    for index, count in enumerate(counts):
-        if count:
-            buckets[index].inc(count)
+    # Counted in C (Counter over a map): no interpreted step per value, one per occupied bucket.
+    for index, count in Counter(map(partial(bisect_left, bounds), values)).items():
+        buckets[index].inc(count)
     total.inc(sum(values))

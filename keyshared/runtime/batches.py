@@ -103,18 +103,22 @@ class BatchExecutor:
         named = error.failures if isinstance(error, BatchError) else None
         failures = batch_failures(len(ready), error, named)
         share = elapsed / len(ready)
-        successes = [
-            (state, entry, share)
-            for index, (state, entry) in enumerate(ready)
-            if index not in failures
-        ]
-        for index, (state, entry) in enumerate(ready):  # exactly-once: outputs of successes
-            output = records[index].output
-            if output is not None:
-                if index in failures:
-                    output.seal()
-                else:
-                    state.outputs.stage_attempt(entry.offset, output)
+        if failures:
+            successes = [
+                (state, entry, share)
+                for index, (state, entry) in enumerate(ready)
+                if index not in failures
+            ]
+        else:  # the usual case: no index test per record
+            successes = [(state, entry, share) for state, entry in ready]
+        if records[0].output is not None:  # exactly-once (every record has one, or none)
+            for index, (state, entry) in enumerate(ready):  # the outputs of successes
+                output = records[index].output
+                if output is not None:
+                    if index in failures:
+                        output.seal()
+                    else:
+                        state.outputs.stage_attempt(entry.offset, output)
         if successes:
             succeed(successes)
         failed = self._executor.failed

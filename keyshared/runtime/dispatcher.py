@@ -20,6 +20,11 @@ When a ready record may not start yet:
   partition's *stragglers* (:meth:`Dispatcher.stragglers`): whatever hands a partition over
   waits for them as well as for the state it knows.
 
+Settlement comes in batches (:meth:`Dispatcher.finish_many`, one lock acquisition): each run of
+entries of one active partition is completed in one window step, which the window guarantees
+equal to completing them one by one, so a batch moves every state exactly as its records
+settled in turn would; entries of a partition that is no longer active go one by one.
+
 A record waiting out its retry backoff counts as running (its key is busy and its window may
 not be replaced under it) until it runs again or its partition stops dispatching.
 """
@@ -30,7 +35,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +56,9 @@ __all__ = ["LIVENESS_HOLD", "Dispatcher", "Progress", "WindowFigures", "Work"]
 log = logging.getLogger(__name__)
 
 Work = tuple[PartitionState, Entry[Any]]
+# What finish_many takes: works, or successes that carry their handler time as a third item
+# (the settlement buffers pass theirs as they are, without a copy per record).
+Settled = Work | tuple[PartitionState, Entry[Any], float]
 
 # Busiest-key tracking samples one record in eight (weighted x8): hot keys stay visible and
 # the sketch costs an eighth of its price on the per-record path.
@@ -102,7 +110,9 @@ class Dispatcher:
         self._serial = options.mode is Mode.EXCLUSIVE  # one ordered lane per partition
         self._holds: dict[str, float] = {}  # name -> monotonic time it was taken
         self._held: list[tuple[int, list[Work]]] | None = None  # ready while a hold is in place
-        self._live: Callable[[], bool] | None = None  # a coordinator's "may I still run?"
+        # A coordinator's "may I still run?" (None: nothing to ask). Read directly by the
+        # executor, which asks it per record: a call to live() per record cost more.
+        self.liveness: Callable[[], bool] | None = None
         self._fenced = FencedKeys()  # keys waiting for calls of removed states
         self._fencing = False  # whether any such call runs: the common path asks nothing more
         self._stragglers: dict[TP, list[PartitionState]] = {}  # removed, calls still running
@@ -150,6 +160,8 @@ class Dispatcher:
         """
         now = time.monotonic()
         metrics = state.metrics
+        if not messages:
+            return
         serial = self._serial
         unordered_nulls = not self._options.null_keys_ordered
         cache = self._worker_cache
@@ -157,6 +169,7 @@ class Dispatcher:
         split_mask = splits.mask
         hash_of = hash  # a local: saves the builtins lookup per record
         ready: dict[int, list[Work]] = {}
+        sampled: list[bytes] = []  # busiest-key samples, noted once per batch
         started = 0
         with self._lock:
             if state.phase is not Phase.ACTIVE:
@@ -164,12 +177,12 @@ class Dispatcher:
                 return
             accepts = self._ownership.admission(state)
             window = state.window
-            done_before = window.done_on_arrival if window is not None else 0
-            stats = state.stats
+            if window is None:
+                window = state.window = self.new_window(state, messages[0].offset())
+            done_before = window.done_on_arrival
+            admit = window.admit
             for msg in messages:
                 offset = msg.offset()
-                if window is None:
-                    window = state.window = self.new_window(state, offset)
                 key = msg.key()
                 if key is not None:
                     # hash() is cached on the key object: the worker lookup below reuses it.
@@ -177,7 +190,7 @@ class Dispatcher:
                     if not key_hash & split_mask:
                         splits.note(state.topic, state.partition, key_hash, key)
                 if not offset & _SAMPLE_MASK:
-                    stats.note_received(key or b"", _SAMPLE_WEIGHT)
+                    sampled.append(key or b"")
                 if accepts is not None and not accepts(key, offset):
                     window.admit_finished(offset)
                     metrics.filtered.inc()
@@ -185,13 +198,18 @@ class Dispatcher:
                 if serial:
                     lane_key: bytes | None = None
                     worker = state.partition % self._workers
-                elif key is None and unordered_nulls:
-                    lane_key, worker = None, next(self._round_robin)
+                elif key is None:
+                    if unordered_nulls:
+                        lane_key, worker = None, next(self._round_robin)
+                    else:
+                        lane_key = None
+                        cached = cache.get(b"")
+                        worker = self._worker_for(b"") if cached is None else cached
                 else:
                     lane_key = key
-                    cached = cache.get(key or b"")
-                    worker = self._worker_for(key or b"") if cached is None else cached
-                entry = window.admit(offset, lane_key, worker, msg, now)
+                    cached = cache.get(key)
+                    worker = self._worker_for(key) if cached is None else cached
+                entry = admit(offset, lane_key, worker, msg, now)
                 if entry is not None:
                     started += 1
                     works = ready.get(worker)
@@ -199,10 +217,12 @@ class Dispatcher:
                         ready[worker] = [(state, entry)]
                     else:
                         works.append((state, entry))
-            skipped = window.done_on_arrival - done_before if window is not None else 0
+            skipped = window.done_on_arrival - done_before
             state.running += started
             for worker, works in ready.items():
                 self._dispatch(worker, works)
+        if sampled:
+            state.stats.note_received_many(sampled, _SAMPLE_WEIGHT)
         metrics.received.inc(len(messages))
         if skipped:
             metrics.skipped_done.inc(skipped)
@@ -232,7 +252,7 @@ class Dispatcher:
         """The entry reached a terminal outcome: free its key, dispatch what that releases."""
         self.finish_many([(state, entry)])
 
-    def finish_many(self, works: list[Work], *, wait: bool = True) -> bool:
+    def finish_many(self, works: Sequence[Settled], *, wait: bool = True) -> bool:
         """Settle several finished entries under one lock acquisition.
 
         With ``wait=False`` nothing happens and False is returned when the lock is busy: a
@@ -247,17 +267,91 @@ class Dispatcher:
             self._lock.release()
         return True
 
-    def _finish_locked(self, works: list[Work]) -> None:
+    def _finish_locked(self, works: Sequence[Settled]) -> None:
+        """Settle ``works`` (lock held): each run of entries of one active partition in one
+        window step (:meth:`InFlightWindow.complete_many`), anything else record by record."""
         ready: dict[int, list[Work]] = {}
-        for state, entry in works:
-            try:
-                self._finish_one(state, entry, ready)
-            except Exception:
-                # A bookkeeping error (e.g. an entry settled twice) is a bug to report, but
-                # the rest of the batch must still be settled, or their keys stay busy.
-                log.exception("settling %s@%d failed; settling the rest", state, entry.offset)
+        group: list[Entry[Any]] = []
+        current: PartitionState | None = None
+        for work in works:
+            state = work[0]
+            if state is not current:
+                if group:
+                    self._finish_group(current, group, ready)  # type: ignore[arg-type]
+                    group = []
+                current = state
+            group.append(work[1])
+        if group:
+            self._finish_group(current, group, ready)  # type: ignore[arg-type]
         for worker, batch in ready.items():
             self._dispatch(worker, batch)
+
+    def _finish_group(
+        self, state: PartitionState, entries: list[Entry[Any]], ready: dict[int, list[Work]]
+    ) -> None:
+        """Settle finished entries of one partition state (lock held): one window step, one
+        update of the running count, the released records grouped by worker."""
+        window = state.window
+        if state.phase is not Phase.ACTIVE or window is None:
+            for entry in entries:
+                self._finish_safely(state, entry, ready)
+            return
+        released: list[Entry[Any]] = []
+        refused: list[Entry[Any]] = []
+        try:
+            window.complete_many(entries, released, refused)
+        except Exception:
+            # A bookkeeping error is a bug to report, but the rest of the batch must still be
+            # settled, or their keys stay busy: the entries the window did not reach go on one
+            # by one (the one that raised is marked done and counts as settled).
+            log.exception("settling %d records of %s failed; settling the rest", len(entries),
+                          state)  # fmt: skip
+            rest = [entry for entry in entries if not entry.done]
+            entries = [entry for entry in entries if entry.done]
+            self._settled(state, entries, released, refused, ready)
+            for entry in rest:
+                self._finish_safely(state, entry, ready)
+            return
+        self._settled(state, entries, released, refused, ready)
+
+    def _settled(
+        self,
+        state: PartitionState,
+        entries: list[Entry[Any]],
+        released: list[Entry[Any]],
+        refused: list[Entry[Any]],
+        ready: dict[int, list[Work]],
+    ) -> None:
+        """The window completed ``entries`` (but ``refused``) and released ``released``."""
+        if refused:
+            for entry in refused:
+                log.error("settling %s@%d failed: it is not in flight (settled twice?); "
+                          "settling the rest", state, entry.offset)  # fmt: skip
+            skip = {id(entry) for entry in refused}
+            entries = [entry for entry in entries if id(entry) not in skip]
+        outputs = state.outputs
+        if outputs.staged:  # exactly-once: their outputs go with the next commit, in order
+            for entry in entries:
+                outputs.release(entry.offset)
+        state.running += len(released) - len(entries)  # these finished; the released run
+        for entry in entries:
+            entry.payload = None  # finished: drop the message now, whoever still holds it
+        for nxt in released:
+            works = ready.get(nxt.worker)
+            if works is None:
+                ready[nxt.worker] = [(state, nxt)]
+            else:
+                works.append((state, nxt))
+
+    def _finish_safely(
+        self, state: PartitionState, entry: Entry[Any], ready: dict[int, list[Work]]
+    ) -> None:
+        try:
+            self._finish_one(state, entry, ready)
+        except Exception:
+            # A bookkeeping error (e.g. an entry settled twice) is a bug to report, but
+            # the rest of the batch must still be settled, or their keys stay busy.
+            log.exception("settling %s@%d failed; settling the rest", state, entry.offset)
 
     def _finish_one(
         self, state: PartitionState, entry: Entry[Any], ready: dict[int, list[Work]]
@@ -455,10 +549,10 @@ class Dispatcher:
 
         Caller: a coordinator, before the first record. Affects: dispatch.
         """
-        self._live = live
+        self.liveness = live
 
     def live(self) -> bool:
-        live = self._live
+        live = self.liveness
         return live is None or live()
 
     def defer(self, state: PartitionState, entry: Entry[Any]) -> None:
@@ -484,7 +578,7 @@ class Dispatcher:
             works = self._fenced.admit(works)
             if not works:
                 return
-        if self._held is None and self._live is not None and not self._live():
+        if self._held is None and self.liveness is not None and not self.liveness():
             self._take_hold(LIVENESS_HOLD)
         if self._held is not None:
             self._held.append((worker, works))

@@ -123,7 +123,8 @@ class RecordExecutor:
         if state.phase is not Phase.ACTIVE:
             self._dispatcher.abandon(state, entry)
             return None
-        if not self._dispatcher.live():
+        live = self._dispatcher.liveness  # None (no coordinator): nothing to ask per record
+        if live is not None and not live():
             # Queued before the member lost touch with its coordinator (a stall, a GC pause):
             # starting it now could overlap its next owner. It waits for dispatch to resume.
             self._dispatcher.defer(state, entry)
@@ -151,7 +152,7 @@ class RecordExecutor:
         except Exception as exc:
             self._terminal(state, entry, DeserializationError("value", exc), "deserialization")
             return None
-        if not self._dispatcher.live():
+        if live is not None and not live():
             # Again, right before the handler: a stall while decoding (a
             # SIGSTOP, a GC pause) outlives the session as well as one in the queue does. What
             # is left is the call itself, which fencing tokens cover.

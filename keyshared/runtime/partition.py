@@ -73,6 +73,13 @@ class KeyStats:
         with self._lock:
             self._busiest.add(key, weight)
 
+    def note_received_many(self, keys: Iterable[bytes], weight: float) -> None:
+        """A poll batch's sampled keys under one lock acquisition."""
+        with self._lock:
+            add = self._busiest.add
+            for key in keys:
+                add(key, weight)
+
     def note_slow(self, samples: Iterable[tuple[bytes, float]]) -> None:
         with self._lock:
             for key, seconds in samples:

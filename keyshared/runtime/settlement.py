@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 
 Success = tuple[PartitionState, Entry[Any], float]  # state, entry, handler seconds
 
-FinishMany = Callable[..., bool]  # (works, *, wait) -> settled; the dispatcher's finish_many
+# (successes, *, wait) -> settled; the dispatcher's finish_many, which takes the successes as
+# they are (it reads the state and entry of each), so settling copies nothing per record.
+FinishMany = Callable[..., bool]
 
 _MAX_PENDING = 32
 _MAX_HELD = 4096  # past this many unsettled successes a thread waits for the lock after all
@@ -111,7 +113,7 @@ class SettlementBuffer:
         except Exception:
             log.exception("recording metrics of %d successes failed", len(successes))
         finally:
-            self._finish_many([(state, entry) for state, entry, _ in successes])
+            self._finish_many(successes)
 
     def flush_stale(self) -> None:
         """Settle other threads' successes that waited too long (their thread is busy)."""
@@ -136,8 +138,7 @@ class SettlementBuffer:
         except Exception:
             log.exception("recording metrics of %d successes failed", len(successes))
         finally:
-            works = [(state, entry) for state, entry, _ in successes]
-            if not self._finish_many(works, wait=wait):
+            if not self._finish_many(successes, wait=wait):
                 with pending.lock:  # the lock was busy: keep them, oldest first, for next time
                     pending.successes[:0] = successes
                     pending.accounted = len(successes)
@@ -193,7 +194,7 @@ class LoopSettlement:
         refused_at = self._refused_at
         wait = refused_at is not None and loop.time() - refused_at >= _LOOP_MAX_DEFER
         self._successes, self._accounted = [], 0
-        if self._finish_many([(state, entry) for state, entry, _ in successes], wait=wait):
+        if self._finish_many(successes, wait=wait):
             self._refused_at = None
             return
         # Refused: keep them, oldest first, and their metrics recorded, for the next try.

@@ -206,6 +206,27 @@ class WindowMachine(RuleBasedStateMachine):
         released = self.window.complete(self.entries[offset] if by_entry else offset)
         self.on_released(released)
 
+    @precondition(lambda self: bool(self.in_flight))
+    @rule(data=st.data())
+    def complete_many(self, data: st.DataObject) -> None:
+        """A settlement batch: several in-flight records (any order) in one step, with a
+        record settled before mixed in now and then, which is refused and changes nothing."""
+        offsets = data.draw(
+            st.lists(st.sampled_from(sorted(self.in_flight)), min_size=1, unique=True),
+            label="complete many",
+        )
+        batch = [self.entries[offset] for offset in offsets]
+        stale = [e for o, e in self.entries.items() if self.recs[o].completed]
+        if stale and data.draw(st.booleans(), label="with a stale one"):
+            batch.insert(data.draw(st.integers(0, len(batch)), label="at"), stale[0])
+        for offset in offsets:
+            self.in_flight.pop(offset).completed = True
+        released: list[Entry[object]] = []
+        refused: list[Entry[object]] = []
+        self.window.complete_many(batch, released, refused)
+        assert refused == [e for e in batch if e.offset not in offsets]
+        self.on_released(released)
+
     @rule(offset=st.integers(0, 60))
     def complete_not_in_flight(self, offset: int) -> None:
         """Completing something that is not in flight raises and changes nothing.

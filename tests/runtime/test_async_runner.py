@@ -11,6 +11,7 @@ import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from keyshared.core.window import Entry
@@ -208,8 +209,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[list[int]] = []
 
-    def __call__(self, works: list[tuple[PartitionState, Entry[Any]]], **_: Any) -> bool:
-        self.calls.append([entry.offset for _, entry in works])
+    def __call__(self, works: Sequence[tuple[Any, ...]], **_: Any) -> bool:
+        self.calls.append([work[1].offset for work in works])
         return True
 
 
@@ -251,7 +252,7 @@ class BusyLock(Recorder):
         self.refusals = refusals
         self.tries: list[bool] = []  # the ``wait`` of every try
 
-    def __call__(self, works: list[tuple[PartitionState, Entry[Any]]], **kwargs: Any) -> bool:
+    def __call__(self, works: Sequence[tuple[Any, ...]], **kwargs: Any) -> bool:
         wait = kwargs["wait"]
         self.tries.append(wait)
         if not wait and self.refusals > 0:

@@ -134,6 +134,22 @@ class DispatcherMachine(RuleBasedStateMachine):
         self._count_finish(state, entry)
         self.dispatcher.finish(state, entry)
 
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def succeed_many(self, data: st.DataObject) -> None:
+        """A settlement buffer's batch: several successes, in the order their thread ran them,
+        handed over as they are (state, entry, handler seconds) under one lock acquisition."""
+        picks = data.draw(
+            st.lists(st.integers(0, len(self.running) - 1), min_size=1, unique=True),
+            label="succeed many",
+        )
+        works = [self.running[i] for i in picks]
+        for i in sorted(picks, reverse=True):
+            self.running.pop(i)
+        for state, entry in works:
+            self._count_finish(state, entry)
+        assert self.dispatcher.finish_many([(state, entry, 0.001) for state, entry in works])
+
     def _count_finish(self, state: PartitionState, entry: Entry[Any]) -> None:
         if state.phase is not Phase.GONE:  # a gone state's results are discarded
             self.finished[entry.offset] = self.finished.get(entry.offset, 0) + 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from keyshared.core.window import Entry
@@ -26,13 +27,13 @@ class FakeFinish:
         self.refused = 0
         self.waited = 0
 
-    def __call__(self, works: list[tuple[PartitionState, Entry[Any]]], *, wait: bool) -> bool:
+    def __call__(self, works: Sequence[tuple[Any, ...]], *, wait: bool) -> bool:
         if self.busy and not wait:
             self.refused += 1
             return False
         if wait:
             self.waited += 1
-        self.settled.extend(entry.offset for _, entry in works)
+        self.settled.extend(work[1].offset for work in works)
         return True
 
 
