@@ -153,6 +153,20 @@ class RealResult:
     def overtakes(self) -> list[str]:
         return self.judged.violations
 
+    def overtake_kinds(self) -> dict[str, int]:
+        """The judge's violations by kind: a start while another call of the key ran, a start
+        before the previous record ever finished, a process starting a record of a key below
+        one it had started (a replay of finished records)."""
+        kinds = {"overlap": 0, "overtake": 0, "replay in one process": 0}
+        for violation in self.overtakes:
+            if "was running" in violation:
+                kinds["overlap"] += 1
+            elif "ever finished" in violation:
+                kinds["overtake"] += 1
+            else:
+                kinds["replay in one process"] += 1
+        return kinds
+
     @property
     def duplicates(self) -> int:
         return len(self.judged.duplicates)
@@ -177,7 +191,7 @@ class RealResult:
                 f"({len(self.steps)} steps, {self.join_timeouts} replacements not holding "
                 f"ranges within {run.join_timeout_s:g}s)",
                 f"lost: {self.lost}",
-                f"per-key overtakes/reorders: {len(self.overtakes)}",
+                f"per-key overtakes/reorders: {len(self.overtakes)} {self.overtake_kinds()}",
                 f"duplicates: {self.duplicates}",
                 f"throughput: steady {self.steady_rate:.0f}/s, during the disruption "
                 f"{self.disruption_rate:.0f}/s: ratio {self.throughput_ratio:.2f} (goal >= 0.5)",
