@@ -84,7 +84,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--scale-real-source",
         default=None,
         help="scale_real tests: the source tree the members import keyshared from (their "
-        "PYTHONPATH), e.g. a worktree of an older commit; default: this tree.",
+        "PYTHONPATH), e.g. a worktree of an older commit; default: this tree. Give it as "
+        "--scale-real-source=DIR (a separate DIR is taken for a test path).",
     )
     group.addoption(
         "--scale-real-kill-seconds",
