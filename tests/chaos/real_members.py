@@ -84,7 +84,9 @@ class RealRun:
         """The chaos plan the members are started from: key_shared with ZooKeeper, no injected
         handler failures, no server faults; records enough for the longest run."""
         longest = self.warmup_s + self.steady_s + self.tail_s + 60.0
-        longest += self.kill_for_s if self.disruption == "kills" else 30.0 * self.members
+        # A rolling restart of the tree before the tolerance planner took ~40 s a member here:
+        # the producer must not run out of records before the disruption and its tail end.
+        longest += self.kill_for_s if self.disruption == "kills" else 60.0 * self.members
         per_key = int(self.rate * longest) // self.keys + 1
         return ChaosPlan(
             "key_shared",
