@@ -20,6 +20,10 @@ instead; it is left running.
 
 Everything is lazy: a run that selects no test using these fixtures (`pytest -m unit`) starts
 no server.
+
+Tests marked `scale_real` (many real members on this machine, 10-15 minutes each;
+docs/scaling.md, "24 real members") run only with `--scale-real`; otherwise they are
+deselected, not skipped, so a run (CI's included) neither runs nor counts them.
 """
 
 from __future__ import annotations
@@ -51,8 +55,38 @@ TOPOLOGY_DIR_ENV = "KEYSHARED_TOPOLOGY_DIR"
 # take 65 s to rejoin (catching up on the metadata log, recovering its partitions).
 _TOPOLOGY_START_TIMEOUT_S = 180.0
 # Markers that say a test is more than a unit test, whatever fixtures it uses.
-_NOT_UNIT = ("integration", "slow", "chaos", "chaos_open", "topology")
+_NOT_UNIT = ("integration", "slow", "chaos", "chaos_open", "topology", "scale_real")
 _UNIT_TIMEOUT_S = 60
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("scale-real", "real-member scale runs (docs/scaling.md)")
+    group.addoption(
+        "--scale-real",
+        action="store_true",
+        default=False,
+        help="run the tests marked scale_real: 24 real key_shared members through a rolling "
+        "restart and through a kill every 5 s (10-15 minutes each; never in CI).",
+    )
+    group.addoption(
+        "--scale-real-members",
+        type=int,
+        default=24,
+        help="scale_real tests: how many members (default 24).",
+    )
+    group.addoption(
+        "--scale-real-source",
+        default=None,
+        help="scale_real tests: the source tree the members import keyshared from (their "
+        "PYTHONPATH), e.g. a worktree of an older commit; default: this tree. Give it as "
+        "--scale-real-source=DIR (a separate DIR is taken for a test path).",
+    )
+    group.addoption(
+        "--scale-real-kill-seconds",
+        type=float,
+        default=300.0,
+        help="scale_real tests: how long members are SIGKILLed, one every 5 s (default 300).",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -63,6 +97,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     with ``pytestmark = pytest.mark.integration``; if it forgets, the guard below fails its
     tests the first time they start a process as `unit`, so the marker cannot drift.
     """
+    if not config.getoption("--scale-real"):
+        left_out = [item for item in items if item.get_closest_marker("scale_real") is not None]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if item.get_closest_marker("scale_real") is None]
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         uses_servers = bool(_SERVER_FIXTURES & fixtures)

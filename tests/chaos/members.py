@@ -40,8 +40,14 @@ class Members:
         topic: str,
         workdir: Path,
         out_topic: str | None = None,
+        *,
+        source: Path | None = None,
     ) -> None:
+        """:param source: the source tree the members import keyshared from (their
+        ``PYTHONPATH``), to run another version's members under this harness; default: the
+        tree the tests run from."""
         self.plan, self.bootstrap, self.zookeeper = plan, bootstrap, zookeeper
+        self.source = source
         self.group, self.topic, self.workdir = group, topic, workdir
         self.out_topic = out_topic  # exactly-once runs: where the handlers write their outputs
         self.journal = workdir / "journal"
@@ -99,6 +105,8 @@ class Members:
         }
         if self.out_topic is not None:
             env["KS_OUT_TOPIC"] = self.out_topic
+        if self.source is not None:
+            env["PYTHONPATH"] = str(self.source)
         for _ in range(_PID_TRIES):
             proc = start_consumer(
                 self.bootstrap, self.group, self.topic, self.journal, workers=self.plan.workers,
@@ -133,6 +141,21 @@ class Members:
         proc.wait(10)
         self.killed[proc.pid] = t
         return proc.pid, t
+
+    def terminate(self, name: str, timeout: float = 120.0) -> int:
+        """SIGTERM ``name`` (once it catches the signal) and wait: it drains, writes its cursors
+        and leaves. Its exit code; a member still running after ``timeout`` is SIGKILLed and
+        recorded as killed (-9)."""
+        proc = self.procs.pop(name)
+        _await_catches(proc, signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.killed[proc.pid] = time.monotonic_ns()
+            proc.kill()
+            proc.wait(10)
+            return -9
 
     def log(self, name: str) -> str:
         path = self.workdir / f"{name}.log"
@@ -212,6 +235,10 @@ class PacedProducer(threading.Thread):
         self._allowed_changed = threading.Condition()
         self.pauses: list[tuple[int, int]] = []  # (from, to) ns, monotonic: held by the schedule
         self.delivered = 0
+        # (key, seq) -> CLOCK_MONOTONIC ns of its produce call, the journals' clock: a
+        # record's latency to its handler's start
+        self.sent_at: dict[tuple[bytes | None, int], int] = {}
+        self._halt = threading.Event()
         self.errors: list[str] = []
         self.failure: BaseException | None = None
 
@@ -224,6 +251,11 @@ class PacedProducer(threading.Thread):
         with self._allowed_changed:
             self._allowed = share
             self._allowed_changed.notify_all()
+
+    def stop(self) -> None:
+        """Produce nothing more (the records not sent yet are never sent: ``sent_at`` says
+        which were); the ones sent are still flushed."""
+        self._halt.set()
 
     def run(self) -> None:
         try:
@@ -248,6 +280,8 @@ class PacedProducer(threading.Thread):
         start = time.monotonic()
         for i, (key, seq) in enumerate(self.records):
             if i % 50 == 0:
+                if self._halt.is_set():
+                    break
                 with self._allowed_changed:
                     held = time.monotonic_ns()
                     while i >= self._allowed * total:
@@ -261,6 +295,7 @@ class PacedProducer(threading.Thread):
                 if ahead > 0:
                     time.sleep(ahead)
                 producer.poll(0)
+            self.sent_at[(key, seq)] = time.monotonic_ns()
             while True:
                 try:
                     producer.produce(self.topic, key=key, value=str(seq).encode(),
