@@ -21,7 +21,7 @@ instead; it is left running.
 Everything is lazy: a run that selects no test using these fixtures (`pytest -m unit`) starts
 no server.
 
-Tests marked `scale_real` (many real members on this machine, 10-15 minutes each;
+Tests marked `scale_real` (many real members on this machine, 8-20 minutes each;
 docs/scaling.md, "24 real members") run only with `--scale-real`; otherwise they are
 deselected, not skipped, so a run (CI's included) neither runs nor counts them.
 """
@@ -66,7 +66,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="run the tests marked scale_real: 24 real key_shared members through a rolling "
-        "restart and through a kill every 5 s (10-15 minutes each; never in CI).",
+        "restart and through a kill every 5 s (8-20 minutes each; never in CI).",
     )
     group.addoption(
         "--scale-real-members",

@@ -2,7 +2,7 @@
 over 2,000 keys with a 5 ms handler, through a rolling restart of every member and through a
 SIGKILL every 5 s for 5 minutes (:mod:`tests.chaos.real_members`).
 
-Run by hand only (``--scale-real``; 10-15 minutes each, CPU-bound on this machine): the
+Run by hand only (``--scale-real``; 8-20 minutes each, CPU-bound on this machine): the
 guarantees are asserted (nothing lost, no per-key overtake); the speed figures (throughput
 and latency during the disruption, hand-over waits) are printed for docs/scaling.md, not
 asserted. ``--scale-real-source DIR`` runs another tree's members under the same harness.
