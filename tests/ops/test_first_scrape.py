@@ -24,7 +24,9 @@ from tests.kafka.support.inprocess import Recorder, running
 from .dashboard import dashboard_queries, metric_names
 
 ALERTS = Path(__file__).parents[2] / "grafana" / "prometheus" / "keyshared-alerts.yml"
-COORDINATOR_ONLY = "keyshared_coordinator_"
+# Coordinator series, and the holds on dispatch, which only a coordinated member takes (its
+# session gate declares them at 0).
+COORDINATOR_ONLY = ("keyshared_coordinator_", "keyshared_dispatch_hold_seconds")
 # Per-partition families have series only once a partition is assigned.
 PER_PARTITION = tuple(m.name for family in PARTITION_FAMILIES for m in family.describe())
 
