@@ -336,12 +336,7 @@ class Dispatcher:
         state.running += len(released) - len(entries)  # these finished; the released run
         for entry in entries:
             entry.payload = None  # finished: drop the message now, whoever still holds it
-        for nxt in released:
-            works = ready.get(nxt.worker)
-            if works is None:
-                ready[nxt.worker] = [(state, nxt)]
-            else:
-                works.append((state, nxt))
+        _queue_released(state, released, ready)
 
     def _finish_safely(
         self, state: PartitionState, entry: Entry[Any], ready: dict[int, list[Work]]
@@ -373,12 +368,7 @@ class Dispatcher:
             state.outputs.release(entry.offset)
         state.running += len(released) - 1  # this one finished; the released ones run
         entry.payload = None  # finished: drop the message now, whoever still holds the entry
-        for nxt in released:
-            works = ready.get(nxt.worker)
-            if works is None:
-                ready[nxt.worker] = [(state, nxt)]
-            else:
-                works.append((state, nxt))
+        _queue_released(state, released, ready)
 
     def abandon(self, state: PartitionState, entry: Entry[Any] | None = None) -> None:
         """A worker will not run an entry of a partition that is no longer active (or a DLQ
@@ -899,3 +889,15 @@ class Dispatcher:
                     fenced.fenced(state, [e for e in drain.in_flight if id(e) not in idle])
                     self._fencing = bool(fenced)
             self._idle.notify_all()
+
+
+def _queue_released(
+    state: PartitionState, released: list[Entry[Any]], ready: dict[int, list[Work]]
+) -> None:
+    """Group the records a settlement released by worker, for one dispatch per worker."""
+    for nxt in released:
+        works = ready.get(nxt.worker)
+        if works is None:
+            ready[nxt.worker] = [(state, nxt)]
+        else:
+            works.append((state, nxt))
