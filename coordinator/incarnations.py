@@ -33,10 +33,19 @@ and collected by the leader.
   ``latest``, skipped what was unfinished). The cursors keep counting; the low-watermark pass
   commits the offset again (and refreshes unchanged ones well within the retention period).
 
-The group's own commits (the low watermark) write the record **before** Kafka:
-``committed[p] = [new, what Kafka held]``. Kafka therefore always holds one of the two values
-named, whether the commit landed or not, or its writer died in between; a member that reads
-Kafka first and the record second never mistakes the group's own commit for a reset.
+The group's own commits (the low watermark) write the record **before** Kafka: the new offset
+joins the front of ``committed[p]`` beside every offset already named there and what Kafka held
+(:func:`with_commit`), each with the time it was named (``named``). Kafka therefore always holds
+one of the offsets named, whether a commit landed or not, its writer died in between, **or
+several members' commits were on their way at once, landing in any order** (a leaving member's
+final pass beside the leader's, a new leader beside a departing one). A member that reads Kafka
+first and the record second never mistakes the group's own commit for a reset.
+
+An offset leaves the list only once it cannot be on its way and no reader can still hold it
+from Kafka (:func:`settled`): Kafka is seen holding another named offset, and it was named
+``SETTLE_AFTER_S`` ago. Finding 31 (docs/chaos.md): naming ``[new, held]`` alone dropped another
+member's commit that was in flight, and its landing read as a reset; every cursor of the topic
+stopped counting and the group replayed from Kafka's offsets.
 
 ``initial_partitions`` is the partition count when the record was made: a partition above it
 was added while the group existed, so it is read from its start when nothing was committed for
@@ -60,8 +69,11 @@ from coordinator.layout import GroupLayout
 __all__ = ["Incarnation", "TopicRecord", "TopicRecords", "reconcile", "settled", "with_commit"]
 
 _ATTEMPTS = 5
-SETTLE_AFTER_S = 10.0
-"""How old a commit's naming must be before its older offset is forgotten."""
+SETTLE_AFTER_S = 60.0
+"""How old an offset's naming must be before it may be forgotten (once Kafka holds another).
+It covers, in a row: a writer's read of Kafka to its naming (the low-watermark pass gives up a
+naming whose read is older than a third of this), its commit (the pass bounds its requests at a
+sixth), and the longest read a member does not redo (``topic_watch._STALE_READ_S``, 2 s)."""
 
 
 @dataclass(frozen=True)
@@ -81,10 +93,11 @@ class TopicRecord:
         belong to; "" once the topic was recreated.
     :param initial_partitions: the partition count when the record was made.
     :param epochs: partition -> epoch of its cursors (absent: 0).
-    :param committed: partition -> the Kafka offsets the group last committed (one or two:
-        the newest, and what Kafka held before it).
-    :param named_at: when (wall clock, seconds) the last commit was named: the older offset
-        is forgotten only well after it (:meth:`TopicRecords.settle`).
+    :param committed: partition -> the Kafka offsets the group committed lately, newest naming
+        first: any of them may be what Kafka holds.
+    :param named_at: when (wall clock, seconds) the last commit was named.
+    :param named: partition -> when each offset of ``committed`` was named (same order);
+        absent (a record written before these times existed): ``named_at``.
     :param version: the znode's version (for compare-and-set); -1 when not stored yet.
     """
 
@@ -94,6 +107,7 @@ class TopicRecord:
     epochs: Mapping[int, int] = field(default_factory=dict)
     committed: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     named_at: float = 0.0
+    named: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
     version: int = -1
 
     def incarnation(self, partition: int) -> Incarnation:
@@ -103,6 +117,14 @@ class TopicRecord:
         """Whether a cursor stamped ``stamp`` belongs to this incarnation of ``partition``."""
         topic_id = stamp.topic_id or self.adopted
         return topic_id == self.topic_id and stamp.epoch == self.epochs.get(partition, 0)
+
+    def namings(self, partition: int) -> list[tuple[int, float]]:
+        """Each offset named for ``partition`` with when it was named, newest naming first."""
+        offsets = self.committed.get(partition, ())
+        times = self.named.get(partition, ())
+        if len(times) != len(offsets):  # written by a member from before per-offset times
+            times = (self.named_at,) * len(offsets)
+        return list(zip(offsets, times, strict=True))
 
     def added(self, partition: int) -> bool:
         """Whether ``partition`` was added after the group started on this incarnation."""
@@ -117,6 +139,7 @@ class TopicRecord:
                 "epochs": {str(p): e for p, e in sorted(self.epochs.items())},
                 "committed": {str(p): list(o) for p, o in sorted(self.committed.items())},
                 "named_at": self.named_at,
+                "named": {str(p): list(t) for p, t in sorted(self.named.items())},
             }
         ).encode()
 
@@ -133,6 +156,7 @@ class TopicRecord:
                 for p, offsets in raw.get("committed", {}).items()
             },
             float(raw.get("named_at", 0.0)),
+            {int(p): tuple(float(t) for t in ts) for p, ts in raw.get("named", {}).items()},
             version,
         )
 
@@ -175,13 +199,14 @@ def reconcile(
             version=record.version,
         )
         return fresh, [f"topic recreated (id {record.topic_id} -> {topic_id}): cursors dropped"]
-    epochs, known = dict(record.epochs), dict(record.committed)
+    epochs, known, named = dict(record.epochs), dict(record.committed), dict(record.named)
     changes = []
     for partition, offset in sorted(committed.items()):
         if offset < 0 and partition in running:
             continue  # expired under a running group (module docstring)
         if offset not in known.get(partition, (-1,)):
             epochs[partition] = epochs.get(partition, 0) + 1
+            named.pop(partition, None)  # Kafka holds it: kept while it does, whatever its age
             if offset >= 0:
                 known[partition] = (offset,)
             else:
@@ -193,36 +218,76 @@ def reconcile(
             )
     if not changes:
         return record, []
-    return replace(record, epochs=epochs, committed=known), changes
+    return replace(record, epochs=epochs, committed=known, named=named), changes
 
 
 def with_commit(
     record: TopicRecord, offsets: Mapping[int, int], held: Mapping[int, int], now: float
 ) -> TopicRecord:
-    """``record`` naming ``offsets`` as the group's next commit, beside what Kafka ``held``."""
-    committed = dict(record.committed)
+    """``record`` naming ``offsets`` as the group's next commit, in front of every offset
+    named already (another member's commit may be on its way, or have landed since ``held``
+    was read) and of what this writer read Kafka to hold (``held``)."""
+    committed, named = dict(record.committed), dict(record.named)
     for partition, offset in offsets.items():
         # Nothing held (-1) is named like any other offset: a first commit that does not land
         # leaves Kafka holding nothing, which must not read as a reset.
+        # What Kafka was seen holding counts as named now: a member may have read it there a
+        # moment ago, so it must not be forgotten sooner than the new offset.
         before = held.get(partition, -1)
-        committed[partition] = (offset,) if before == offset else (offset, before)
-    return replace(record, committed=committed, named_at=now)
+        entries = [(offset, now), *record.namings(partition)]
+        entries = [(o, now if o == before else t) for o, t in entries]
+        if all(o != before for o, _ in entries):
+            entries.append((before, now))
+        _store(committed, named, partition, _first_of_each(entries))
+    return replace(record, committed=committed, named=named, named_at=now)
 
 
 def settled(record: TopicRecord, held: Mapping[int, int], now: float | None) -> TopicRecord:
-    """``record`` without the older offset of each partition whose newer one Kafka is seen
-    to hold (``held``), so that a later reset to that older offset shows. Only once the naming
-    is ``SETTLE_AFTER_S`` old (``now`` None: at once, nobody else is reading): a member whose
-    read of Kafka came before the commit and whose read of the record came after the settle
-    would find neither offset and take the group's own commit for a reset; members redo a
-    read that took more than a few seconds."""
-    if now is not None and now - record.named_at < SETTLE_AFTER_S:
-        return record
-    committed = dict(record.committed)
+    """``record`` without the offsets that can no longer be what Kafka holds, so that a later
+    reset to one of them shows. Kafka is seen holding another named offset (``held``), and the
+    offset was named (or seen held by a writer) ``SETTLE_AFTER_S`` ago: its commit is no longer
+    on its way, and no member's read of Kafka that saw it is still going (members redo a read
+    that took more than a few seconds).
+
+    ``now`` None: the last member leaving, right after its own commit landed; nobody else is
+    left to commit or read, so when Kafka holds the newest offset named, only it is kept."""
+    committed, named = dict(record.committed), dict(record.named)
     for partition, offset in held.items():
-        if len(committed.get(partition, ())) > 1 and committed[partition][0] == offset:
-            committed[partition] = (offset,)
-    return replace(record, committed=committed)
+        entries = record.namings(partition)
+        if len(entries) < 2 or all(o != offset for o, _ in entries):
+            continue  # nothing to forget, or Kafka holds none of them (reconcile's business)
+        if now is None:
+            kept = entries[:1] if entries[0][0] == offset else entries
+        else:
+            kept = [(o, t) for o, t in entries if o == offset or now - t < SETTLE_AFTER_S]
+        _store(committed, named, partition, kept)
+    return replace(record, committed=committed, named=named)
+
+
+def _freshly_named(record: TopicRecord, partition: int, offset: int, now: float) -> bool:
+    """Whether ``offset`` is named for ``partition`` recently enough that a commit of it made
+    now cannot outlive its naming (half of ``SETTLE_AFTER_S``)."""
+    return any(o == offset and now - t < SETTLE_AFTER_S / 2 for o, t in record.namings(partition))
+
+
+def _first_of_each(entries: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    seen: set[int] = set()
+    kept = []
+    for offset, at in entries:
+        if offset not in seen:
+            seen.add(offset)
+            kept.append((offset, at))
+    return kept
+
+
+def _store(
+    committed: dict[int, tuple[int, ...]],
+    named: dict[int, tuple[float, ...]],
+    partition: int,
+    entries: list[tuple[int, float]],
+) -> None:
+    committed[partition] = tuple(o for o, _ in entries)
+    named[partition] = tuple(t for _, t in entries)
 
 
 class TopicRecords:
@@ -284,7 +349,7 @@ class TopicRecords:
             record = self.read(topic)
             if record is None or record.topic_id != topic_id:
                 return False
-            if all(offsets[p] in record.committed.get(p, ()) for p in offsets):
+            if all(_freshly_named(record, p, o, time.time()) for p, o in offsets.items()):
                 return True
             if self.write(topic, with_commit(record, offsets, held, time.time())) is not None:
                 return True
@@ -314,6 +379,8 @@ class TopicRecords:
                 )
             epochs = {**record.epochs, **{p: record.epochs.get(p, 0) + 1 for p in offsets}}
             committed = {**record.committed, **{p: (o,) for p, o in offsets.items()}}
-            if self.write(topic, replace(record, epochs=epochs, committed=committed)) is not None:
+            named = {p: t for p, t in record.named.items() if p not in offsets}
+            after = replace(record, epochs=epochs, committed=committed, named=named)
+            if self.write(topic, after) is not None:
                 return
         raise CoordinatorError(f"the record of topic {topic!r} kept changing; gave up")

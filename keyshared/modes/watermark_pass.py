@@ -19,9 +19,13 @@ the admin client's futures: those complete in a librdkafka thread, and a Python 
 may run the garbage collector, which aborts the process if it frees another client
 (confluent-kafka-python PR 2131; it happened here in a test run).
 
-One pass at a time, and a commit is only named after the previous one has finished: the record
-names two offsets per partition (the new one, and what Kafka held), which is only sound while no
-other commit of the group is on its way to Kafka.
+One pass at a time in a member. Members' passes still overlap (each leaving member runs a final
+one beside the leader's, and a new leader's first pass can meet a departing one's): the record
+keeps every offset named lately beside the new one
+(:func:`coordinator.incarnations.with_commit`), so Kafka holds one of them whichever commit lands
+last, and forgets one only ``SETTLE_AFTER_S`` after it was named. The pass's client bounds its
+requests (``socket.timeout.ms``) well below that, so a commit is never still on its way when
+its offset is forgotten.
 
 Unchanged offsets are committed again every ``OFFSET_REFRESH_S`` (and at a new leader's first
 pass): members only ``assign()``, so Kafka sees a group without members and expires each offset
@@ -43,7 +47,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
 from coordinator.cursors import Cursor, delete_superseded, read_cursors
-from coordinator.incarnations import TopicRecords
+from coordinator.incarnations import SETTLE_AFTER_S, TopicRecords
 from coordinator.layout import GroupLayout
 from keyshared.core.types import TP
 from keyshared.kafka.client_config import client_properties
@@ -59,6 +63,8 @@ log = logging.getLogger(__name__)
 
 EVERY_S = 5.0  # seconds between two passes that committed
 PASS_TIMEOUT_S = 5.0  # bound of each Kafka request of a pass
+_SOCKET_TIMEOUT_MS = int(SETTLE_AFTER_S * 1000 / 6)
+_READ_OUTLIVED_S = SETTLE_AFTER_S / 3  # a read of Kafka older than this names nothing
 FAILING_WARN_S = 30.0  # passes failing this long in a row are a warning (then every as long)
 
 
@@ -87,6 +93,8 @@ class LowWatermarkPass:
             "group.id": kafka_config["group.id"],
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
+            # A commit must land or fail well within SETTLE_AFTER_S of its naming.
+            "socket.timeout.ms": _SOCKET_TIMEOUT_MS,
         }
         self._consumer: KafkaConsumer | None = None  # made and used on the pass's thread only
         self._thread: threading.Thread | None = None
@@ -150,15 +158,16 @@ class LowWatermarkPass:
         commit in the topic's record first; collect the cursors that stopped counting (another
         incarnation, or superseded). False when nothing could be committed.
 
-        A commit names two offsets in the record, the new one and what Kafka held. Once Kafka
-        is seen holding the new one, a pass at least ``SETTLE_AFTER_S`` later forgets the old
-        one (:func:`coordinator.incarnations.settled`). When the last member leaves
-        (``leaving``, nobody else is left to read) the record is settled at once: a reset to
-        the offset Kafka held before its final commit must show.
+        A commit is named in the record in front of the offsets named before it and what Kafka
+        held. A pass forgets each offset other than the one Kafka is seen holding once it was
+        named ``SETTLE_AFTER_S`` ago (:func:`coordinator.incarnations.settled`). When the last
+        member leaves (``leaving``, nobody else is left to commit or read) the record is
+        settled at once: a reset to an offset Kafka held before its final commit must show.
         """
         watch = self._watch
         try:
             last = leaving and len(self._client.get_children(self._layout.members)) <= 1
+            read_at = time.monotonic()
             committed, records = watch.reconciled(self._committed)
             self._settle(committed)
             valid, stale = watch.split(read_cursors(self._client, self._layout), records)
@@ -178,6 +187,11 @@ class LowWatermarkPass:
         allowed: list[TopicPartition] = []
         try:
             todo = self._within_logs(todo)
+            if time.monotonic() - read_at > _READ_OUTLIVED_S:
+                # What Kafka held is named beside the commit; read this long ago, it may be
+                # forgotten too soon (coordinator.incarnations.SETTLE_AFTER_S). Next pass.
+                log.debug("the low-watermark pass's read of Kafka outlived its use")
+                return False
             for topic in sorted({tp.topic for tp in todo}):
                 mine = {tp.partition: tp.offset for tp in todo if tp.topic == topic}
                 held = {p: committed.get((topic, p), -1) for p in mine}

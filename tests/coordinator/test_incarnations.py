@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+import json
+from dataclasses import dataclass
+
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.incarnations import (
@@ -91,6 +94,104 @@ def test_the_older_offset_is_forgotten_only_well_after_the_commit_was_named() ->
     # Once settled, a reset to the older offset shows.
     _, changes = reconcile(settled(named, {0: 20}, now=None), "id", 1, {0: 10})
     assert changes
+
+
+def test_what_kafka_was_seen_holding_counts_as_named_when_the_commit_is() -> None:
+    """10 was named long ago, but the writer of 20 read Kafka holding it just now: a member
+    may have read it there a moment ago too, so it stays as long as 20's naming."""
+    old = TopicRecord("id", committed={0: (10,)}, named={0: (0.0,)}, named_at=0.0)
+    named = with_commit(old, {0: 20}, {0: 10}, now=1000.0)
+    assert named.namings(0) == [(20, 1000.0), (10, 1000.0)]
+    assert settled(named, {0: 20}, now=1001.0).committed == {0: (20, 10)}
+
+
+def test_two_members_committing_at_once_never_read_as_a_reset() -> None:
+    """Finding 31 (docs/chaos.md), as it happened on partition 0 of a rolling restart: the
+    leader read Kafka holding 11587; a leaving member's final pass read the same, named
+    11769 and committed it; the leader then named 11985 beside its stale read. Naming only
+    ``[11985, 11587]`` dropped 11769, which Kafka held: the next reader took it for a reset
+    (epoch 1), and the leader's landing for another (epoch 2)."""
+    record = TopicRecord("id", committed={0: (11587,)}, named={0: (0.0,)}, version=1)
+    leaving = with_commit(record, {0: 11769}, held={0: 11587}, now=1.0)
+    kafka = 11769  # the leaving member's commit landed
+    leader = with_commit(leaving, {0: 11985}, held={0: 11587}, now=2.0)
+    assert reconcile(leader, "id", 1, {0: kafka}) == (leader, [])
+    kafka = 11985  # the leader's commit landed
+    assert reconcile(leader, "id", 1, {0: kafka}) == (leader, [])
+    # Settled well after, only what Kafka holds is left: a reset to 11769 would show.
+    assert settled(leader, {0: kafka}, now=2.0 + SETTLE_AFTER_S).committed == {0: (11985,)}
+
+
+def test_a_record_written_before_per_offset_times_reads_them_as_its_last_naming() -> None:
+    legacy = json.dumps({"topic_id": "id", "committed": {"0": [20, 10]}, "named_at": 5.0})
+    record = TopicRecord.from_json(legacy.encode(), 3)
+    assert record.namings(0) == [(20, 5.0), (10, 5.0)]
+    assert TopicRecord.from_json(record.to_json(), 3) == record
+
+
+@dataclass
+class _Writer:
+    """One member's low-watermark pass in the schedule below."""
+
+    read: tuple[int, float] | None = None  # what Kafka held, and when it was read
+    naming: tuple[int, float] | None = None  # the offset named and when, not yet landed
+
+
+_STALE_READ_S = 2.0  # a member redoes a read of Kafka and the record slower than this
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["read", "name", "land", "fail", "settle"]),
+            st.integers(0, 2),  # which writer
+            st.integers(0, 12),  # the offset to name
+            st.one_of(  # time passing before the step: mostly within a read's staleness
+                st.just(0.0), st.floats(0.0, _STALE_READ_S), st.floats(0.0, SETTLE_AFTER_S / 4)
+            ),
+        ),
+        max_size=40,
+    )
+)
+def test_any_schedule_of_overlapping_commits_leaves_kafka_holding_a_named_offset(
+    steps: list[tuple[str, int, int, float]],
+) -> None:
+    """Three writers read Kafka, name commits, land or fail them and settle the record in any
+    order, within the bounds the low-watermark pass keeps (a read names nothing after
+    ``SETTLE_AFTER_S / 3``; a commit lands or fails within ``SETTLE_AFTER_S / 6``). A member
+    reading Kafka first and the record up to ``_STALE_READ_S`` later never finds Kafka's
+    offset missing from the record: the group's own commits are never taken for a reset."""
+    now, kafka = 0.0, 0
+    record = TopicRecord("id", committed={0: (0,)}, named={0: (0.0,)})
+    writers = [_Writer() for _ in range(3)]
+    history: list[tuple[float, int]] = [(now, kafka)]  # when Kafka held what
+    for action, which, offset, elapsed in steps:
+        writer = writers[which]
+        # A commit on its way lands or fails within its bound: time cannot pass it by.
+        due = [w.naming[1] + SETTLE_AFTER_S / 6 for w in writers if w.naming is not None]
+        now = min(now + elapsed, *due) if due else now + elapsed
+        if action == "read":
+            writer.read = (kafka, now)
+        elif action == "name":
+            if writer.read is None or writer.naming is not None:
+                continue
+            if now - writer.read[1] > SETTLE_AFTER_S / 3:
+                writer.read = None  # outlived its use: the pass names nothing
+                continue
+            record = with_commit(record, {0: offset}, {0: writer.read[0]}, now)
+            writer.naming, writer.read = (offset, now), None
+        elif action in ("land", "fail") and writer.naming is not None:
+            if action == "land":
+                kafka = writer.naming[0]
+            writer.naming = None
+        elif action == "settle":
+            record = settled(record, {0: kafka}, now)
+        history.append((now, kafka))
+        for at, held in history:
+            if now - at <= _STALE_READ_S:
+                _, changes = reconcile(record, "id", 1, {0: held})
+                assert not changes, (at, held, now, record.namings(0))
 
 
 def test_an_offset_that_expired_under_a_running_group_is_no_reset() -> None:
