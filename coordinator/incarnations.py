@@ -55,6 +55,7 @@ it (``auto.offset.reset=latest`` would skip what was produced to it before a mem
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
@@ -66,14 +67,34 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from coordinator.errors import CoordinatorError
 from coordinator.layout import GroupLayout
 
-__all__ = ["Incarnation", "TopicRecord", "TopicRecords", "reconcile", "settled", "with_commit"]
+__all__ = [
+    "Incarnation",
+    "StaleRead",
+    "TopicRecord",
+    "TopicRecords",
+    "reconcile",
+    "settled",
+    "with_commit",
+]
 
 _ATTEMPTS = 5
-SETTLE_AFTER_S = 60.0
+SETTLE_AFTER_S = 90.0
 """How old an offset's naming must be before it may be forgotten (once Kafka holds another).
-It covers, in a row: a writer's read of Kafka to its naming (the low-watermark pass gives up a
-naming whose read is older than a third of this), its commit (the pass bounds its requests at a
-sixth), and the longest read a member does not redo (``topic_watch._STALE_READ_S``, 2 s)."""
+
+The worst chain it covers: an offset ``y`` named at ``t``; its commit lands at most ``L`` later
+(the low-watermark pass sends its commit within 10 s of its read of Kafka, and librdkafka gives
+a commit three sends of 5 s and a 6 s wait for the coordinator: ``L`` about 32 s). A writer
+whose read of Kafka came before ``y`` landed names another offset within 10 s of that read, and
+its commit lands ``L`` later, after which Kafka no longer holds ``y``: ``t + L + 10 + L`` = ``t +
+74``; a member whose read saw ``y`` then and read the record after is redone past 2 s."""
+MAX_NAMED = 32
+"""Offsets named per partition at most (the one Kafka was seen holding kept among them): one
+pass every 5 s names 19 in ``SETTLE_AFTER_S``; passes whose commits fail back off as long."""
+
+
+class StaleRead(CoordinatorError):
+    """A reader's read of Kafka is too old to judge the record by: it would take another
+    member's commit, landed since, for a reset. The read is redone."""
 
 
 @dataclass(frozen=True)
@@ -233,12 +254,16 @@ def with_commit(
         # leaves Kafka holding nothing, which must not read as a reset.
         # What Kafka was seen holding counts as named now: a member may have read it there a
         # moment ago, so it must not be forgotten sooner than the new offset.
-        before = held.get(partition, -1)
-        entries = [(offset, now), *record.namings(partition)]
-        entries = [(o, now if o == before else t) for o, t in entries]
+        before, at = held.get(partition, -1), math.ceil(now * 10) / 10  # rounded up: never older
+        entries = [(offset, at), *record.namings(partition)]
+        entries = [(o, at if o == before else t) for o, t in entries]
         if all(o != before for o, _ in entries):
-            entries.append((before, now))
-        _store(committed, named, partition, _first_of_each(entries))
+            entries.append((before, at))
+        entries = _first_of_each(entries)
+        if len(entries) > MAX_NAMED:  # the oldest go, never what Kafka was seen holding
+            kept = entries[: MAX_NAMED - 1]
+            entries = kept + [e for e in entries[MAX_NAMED - 1 :] if e[0] == before][:1]
+        _store(committed, named, partition, entries)
     return replace(record, committed=committed, named=named, named_at=now)
 
 
@@ -329,12 +354,20 @@ class TopicRecords:
         partitions: int,
         committed: Mapping[int, int],
         running: AbstractSet[int] = frozenset(),
+        fresh_until: float | None = None,
     ) -> tuple[TopicRecord, list[str]]:
-        """:func:`reconcile` against the stored record, storing the result if it changed."""
+        """:func:`reconcile` against the stored record, storing the result if it changed.
+
+        :param fresh_until: when (``time.monotonic()``) the read of ``committed`` gets too old
+            to judge the record by: a change found later is not stored (:class:`StaleRead`),
+            since Kafka may have taken another member's commit since, named after the read.
+        """
         for _attempt in range(_ATTEMPTS):
             record, changes = reconcile(self.read(topic), topic_id, partitions, committed, running)
             if not changes:
                 return record, changes
+            if fresh_until is not None and time.monotonic() > fresh_until:
+                raise StaleRead(f"the read of topic {topic!r}'s committed offsets is too old")
             stored = self.write(topic, record)
             if stored is not None:
                 return stored, changes
@@ -356,13 +389,22 @@ class TopicRecords:
         raise CoordinatorError(f"the record of topic {topic!r} kept changing; gave up")
 
     def settle(
-        self, topic: str, topic_id: str, held: Mapping[int, int], at_once: bool = False
+        self,
+        topic: str,
+        topic_id: str,
+        held: Mapping[int, int],
+        seen_at: float | None = None,
+        at_once: bool = False,
     ) -> None:
-        """:func:`settled`, stored. Best effort: a race leaves it to the next pass."""
+        """:func:`settled`, stored. Best effort: a race leaves it to the next pass.
+
+        :param seen_at: when (wall clock) Kafka was read to hold ``held``; offsets are judged
+            old from then, not from now (default: now).
+        """
         record = self.read(topic)
         if record is None or record.topic_id != topic_id:
             return
-        after = settled(record, held, None if at_once else time.time())
+        after = settled(record, held, None if at_once else (seen_at or time.time()))
         if after.committed != record.committed:
             self.write(topic, after)
 

@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
 from coordinator.cursors import Cursor
-from coordinator.incarnations import Incarnation, TopicRecord, TopicRecords
+from coordinator.incarnations import Incarnation, StaleRead, TopicRecord, TopicRecords
 from coordinator.layout import GroupLayout
 from keyshared.core.types import TP
 from keyshared.errors import KeySharedError
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 _CHECK_EVERY_S = 5.0  # how often the topics are described (partition count, topic id)
 _RESET_TO_END = ("latest", "end", "largest")
 _STALE_READ_S = 2.0  # a read of Kafka's offsets and the records slower than this is redone
+_READ_ATTEMPTS = 3
 
 
 class TopicWatch:
@@ -157,38 +158,63 @@ class TopicWatch:
 
         Kafka first, the records second: the group's own commits name their offset in the
         record before Kafka has it, so read in this order an own commit is never mistaken for
-        a reset. A read slow enough for two low-watermark passes to fit in it is redone.
+        a reset. A read slower than ``_STALE_READ_S`` is redone, and a change it finds is
+        never stored (:class:`coordinator.incarnations.StaleRead`): an offset the group named
+        after it, forgotten since, would make its own commit read as a reset. Reads that stay
+        that slow raise ``StaleRead`` (the callers retry).
 
         An offset missing from Kafka where this member, in this session, saw Kafka hold one of
         the group's own offsets is no reset: the group has run all along (this member with
         it), so Kafka expired the offset (:func:`coordinator.incarnations.reconcile`).
         """
-        for _attempt in range(3):
+        for attempt in range(_READ_ATTEMPTS):
             began = time.monotonic()
             session = self._session()
             committed = kafka_offsets()
             records = {}
-            for topic, (topic_id, count) in self.described.items():
-                offsets = {p: o for (t, p), o in committed.items() if t == topic}
-                running = {p for p in offsets if self._seen.get((topic, p)) == (session, topic_id)}
-                record, changes = self._records.reconcile(topic, topic_id, count, offsets, running)
-                for change in changes:
-                    log.warning("group %s, topic %s: %s", self._layout.group, topic, change)
-                expired = sorted(p for p in running if offsets[p] < 0)
-                if expired:
-                    log.warning(
-                        "group %s, topic %s: Kafka holds no committed offset of partition(s) %s "
-                        "while the group runs (expired after offsets.retention.minutes): not a "
-                        "reset; the cursors still count and the offsets are committed again",
-                        self._layout.group,
-                        topic,
-                        expired,
+            try:
+                for topic, (topic_id, count) in self.described.items():
+                    records[topic] = self._reconciled_topic(
+                        topic, topic_id, count, committed, session, began + _STALE_READ_S
                     )
-                self._note_seen(topic, topic_id, offsets, record, session)
-                records[topic] = record
-            if time.monotonic() - began < _STALE_READ_S:
-                break
-        return committed, records
+            except StaleRead:
+                if attempt + 1 == _READ_ATTEMPTS:
+                    raise
+                continue
+            if time.monotonic() - began < _STALE_READ_S or attempt + 1 == _READ_ATTEMPTS:
+                # A slow read with no change is sound: every offset it saw in Kafka is named.
+                return committed, records
+        raise AssertionError("unreachable")
+
+    def _reconciled_topic(
+        self,
+        topic: str,
+        topic_id: str,
+        count: int,
+        committed: Mapping[TP, int],
+        session: int | None,
+        fresh_until: float,
+    ) -> TopicRecord:
+        """One topic's record reconciled against ``committed`` (see :meth:`reconciled`)."""
+        offsets = {p: o for (t, p), o in committed.items() if t == topic}
+        running = {p for p in offsets if self._seen.get((topic, p)) == (session, topic_id)}
+        record, changes = self._records.reconcile(
+            topic, topic_id, count, offsets, running, fresh_until
+        )
+        for change in changes:
+            log.warning("group %s, topic %s: %s", self._layout.group, topic, change)
+        expired = sorted(p for p in running if offsets[p] < 0)
+        if expired:
+            log.warning(
+                "group %s, topic %s: Kafka holds no committed offset of partition(s) %s "
+                "while the group runs (expired after offsets.retention.minutes): not a "
+                "reset; the cursors still count and the offsets are committed again",
+                self._layout.group,
+                topic,
+                expired,
+            )
+        self._note_seen(topic, topic_id, offsets, record, session)
+        return record
 
     def _session(self) -> int | None:
         client_id = self._client.client_id
@@ -250,8 +276,10 @@ class TopicWatch:
                 continue
             record = self.records.get(topic)
             named = () if record is None else record.committed.get(partition, ())
-            if named and -1 not in named:  # Kafka expired the group's own offset (reconciled)
-                bases[(topic, partition)] = min(named)
+            if any(o >= 0 for o in named):  # Kafka expired the group's own offset (reconciled)
+                # Every offset named was a low watermark of the group or held by Kafka for it:
+                # everything below the lowest is done.
+                bases[(topic, partition)] = min(o for o in named if o >= 0)
                 continue
             to_end = reset in _RESET_TO_END and not (record is not None and record.added(partition))
             low, high = consumer.get_watermark_offsets(

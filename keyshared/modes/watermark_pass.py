@@ -47,7 +47,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
 from coordinator.cursors import Cursor, delete_superseded, read_cursors
-from coordinator.incarnations import SETTLE_AFTER_S, TopicRecords
+from coordinator.incarnations import TopicRecords
 from coordinator.layout import GroupLayout
 from keyshared.core.types import TP
 from keyshared.kafka.client_config import client_properties
@@ -63,8 +63,12 @@ log = logging.getLogger(__name__)
 
 EVERY_S = 5.0  # seconds between two passes that committed
 PASS_TIMEOUT_S = 5.0  # bound of each Kafka request of a pass
-_SOCKET_TIMEOUT_MS = int(SETTLE_AFTER_S * 1000 / 6)
-_READ_OUTLIVED_S = SETTLE_AFTER_S / 3  # a read of Kafka older than this names nothing
+# How long a commit can be on its way is bounded here, for SETTLE_AFTER_S: each request send
+# (librdkafka sends a commit three times at most), the wait for the group's coordinator, and
+# the age of the read of Kafka past which a pass neither names nor commits.
+_SOCKET_TIMEOUT_MS = 5000
+_COORDINATOR_WAIT_MS = 6000
+_READ_OUTLIVED_S = 10.0
 FAILING_WARN_S = 30.0  # passes failing this long in a row are a warning (then every as long)
 
 
@@ -93,8 +97,10 @@ class LowWatermarkPass:
             "group.id": kafka_config["group.id"],
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            # A commit must land or fail well within SETTLE_AFTER_S of its naming.
+            # A commit must land or fail well within SETTLE_AFTER_S of its naming. The pass
+            # only assign()s: no group session is kept, this bounds the coordinator wait.
             "socket.timeout.ms": _SOCKET_TIMEOUT_MS,
+            "session.timeout.ms": _COORDINATOR_WAIT_MS,
         }
         self._consumer: KafkaConsumer | None = None  # made and used on the pass's thread only
         self._thread: threading.Thread | None = None
@@ -102,6 +108,7 @@ class LowWatermarkPass:
         self._failing_since: float | None = None  # of the current run of failed passes
         self._refresh_at = 0.0  # when unchanged offsets are committed again (monotonic)
         self._warned_at = 0.0
+        self._commit_failed = False  # the last pass named a commit that failed
 
     def due(self) -> None:
         """Start a pass if one is due and none runs (poll thread; never waits). Until the first
@@ -113,9 +120,9 @@ class LowWatermarkPass:
     def final(self, run: bool, wait: float = 3 * PASS_TIMEOUT_S) -> None:
         """When the member leaves, after its final cursors: the last pass (``run``; the last
         member to leave brings Kafka up to every range's cursor), then the pass's client is
-        closed. Waits ``wait`` seconds at most for each pass (one still running first: two
-        commits must never be on their way at once); one that Kafka leaves unanswered is
-        given up, logged, with its client."""
+        closed. Waits ``wait`` seconds at most for each pass (one still running first: it
+        would only repeat it); one that Kafka leaves unanswered is given up, logged, with its
+        client."""
         if not self._joined(wait):
             return
         self._start(self._leaving if run else self._close)
@@ -139,7 +146,10 @@ class LowWatermarkPass:
 
     def _periodic(self) -> None:
         committed = self.run()
-        self._next = time.monotonic() + (EVERY_S if committed else 0.0)
+        # A failed commit was named in the topic's record first: passes that keep failing
+        # must not name one a second (the record keeps each for SETTLE_AFTER_S).
+        wait = committed or self._commit_failed
+        self._next = time.monotonic() + (EVERY_S if wait else 0.0)
 
     def _leaving(self) -> None:
         try:
@@ -167,9 +177,9 @@ class LowWatermarkPass:
         watch = self._watch
         try:
             last = leaving and len(self._client.get_children(self._layout.members)) <= 1
-            read_at = time.monotonic()
+            read_at, seen_at = time.monotonic(), time.time()
             committed, records = watch.reconciled(self._committed)
-            self._settle(committed)
+            self._settle(committed, seen_at)
             valid, stale = watch.split(read_cursors(self._client, self._layout), records)
             _delete(self._client, self._layout, stale)
             delete_superseded(self._client, self._layout, valid)
@@ -187,21 +197,23 @@ class LowWatermarkPass:
         allowed: list[TopicPartition] = []
         try:
             todo = self._within_logs(todo)
-            if time.monotonic() - read_at > _READ_OUTLIVED_S:
-                # What Kafka held is named beside the commit; read this long ago, it may be
-                # forgotten too soon (coordinator.incarnations.SETTLE_AFTER_S). Next pass.
-                log.debug("the low-watermark pass's read of Kafka outlived its use")
-                return False
             for topic in sorted({tp.topic for tp in todo}):
+                if self._outlived(read_at):
+                    self._commit_failed = bool(allowed)  # named, never sent
+                    return False
                 mine = {tp.partition: tp.offset for tp in todo if tp.topic == topic}
                 held = {p: committed.get((topic, p), -1) for p in mine}
                 topic_id = watch.described.get(topic, ("", 0))[0]
                 if self._records.commit(topic, topic_id, mine, held):
                     allowed += [tp for tp in todo if tp.topic == topic]
             if allowed:
-                # Waited for: the record names this commit and what Kafka held before it;
-                # the next pass must know which of the two Kafka holds.
+                if self._outlived(read_at):
+                    self._commit_failed = True  # named, never sent
+                    return False
+                # Waited for: the next pass must know which of the offsets named Kafka holds.
+                self._commit_failed = True
                 self._commit(allowed)
+                self._commit_failed = False
             if refresh:
                 self._refresh_at = time.monotonic() + OFFSET_REFRESH_S
             if last:
@@ -211,6 +223,15 @@ class LowWatermarkPass:
             self._failed("committing", exc)
             return False
         self._failing_since = None
+        return True
+
+    def _outlived(self, read_at: float) -> bool:
+        """Whether the pass's read of Kafka is too old to name or send a commit from: what
+        Kafka held then is named beside the commit, and an offset named (or a commit sent) this
+        late could outlive its naming (coordinator.incarnations.SETTLE_AFTER_S). Next pass."""
+        if time.monotonic() - read_at <= _READ_OUTLIVED_S:
+            return False
+        log.debug("the low-watermark pass's read of Kafka outlived its use; next pass")
         return True
 
     def _failed(self, step: str, exc: Exception) -> None:
@@ -271,11 +292,13 @@ class LowWatermarkPass:
             if tp.error is not None:
                 raise KafkaException(tp.error)
 
-    def _settle(self, committed: dict[TP, int], at_once: bool = False) -> None:
+    def _settle(
+        self, committed: dict[TP, int], seen_at: float | None = None, at_once: bool = False
+    ) -> None:
         for topic, (topic_id, _) in self._watch.described.items():
             held = {p: o for (t, p), o in committed.items() if t == topic and o >= 0}
             if held:
-                self._records.settle(topic, topic_id, held, at_once)
+                self._records.settle(topic, topic_id, held, seen_at, at_once)
 
 
 def _delete(client: KazooClient, layout: GroupLayout, cursors: list[Cursor]) -> None:

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.incarnations import (
+    MAX_NAMED,
     SETTLE_AFTER_S,
     Incarnation,
     TopicRecord,
@@ -185,13 +186,33 @@ def test_any_schedule_of_overlapping_commits_leaves_kafka_holding_a_named_offset
             if action == "land":
                 kafka = writer.naming[0]
             writer.naming = None
-        elif action == "settle":
-            record = settled(record, {0: kafka}, now)
+        elif action == "settle":  # from a read of Kafka up to _STALE_READ_S old, judged then
+            recent = [(at, held) for at, held in history if now - at <= _STALE_READ_S]
+            seen_at, held = recent[offset % len(recent)] if recent else (now, kafka)
+            record = settled(record, {0: held}, seen_at)
         history.append((now, kafka))
         for at, held in history:
             if now - at <= _STALE_READ_S:
                 _, changes = reconcile(record, "id", 1, {0: held})
                 assert not changes, (at, held, now, record.namings(0))
+    # Once every commit has landed or failed and the namings are old, an operator's reset to
+    # any other offset the group named shows.
+    now += SETTLE_AFTER_S + 1.0
+    final = settled(record, {0: kafka}, now)
+    assert final.committed[0] == (kafka,)
+    for other in set(record.committed[0]) - {kafka}:
+        assert reconcile(final, "id", 1, {0: other})[1]
+
+
+def test_the_offsets_named_are_bounded_and_keep_what_kafka_was_seen_holding() -> None:
+    """Commits that keep failing are each named first: the list stops at ``MAX_NAMED``,
+    the oldest going, but never the offset Kafka holds (a reader would take it for a reset)."""
+    record = TopicRecord("id", committed={0: (7,)}, named={0: (0.0,)})
+    for i in range(3 * MAX_NAMED):
+        record = with_commit(record, {0: 100 + i}, held={0: 7}, now=float(i))
+    assert len(record.committed[0]) == MAX_NAMED
+    assert record.committed[0][0] == 100 + 3 * MAX_NAMED - 1 and 7 in record.committed[0]
+    assert not reconcile(record, "id", 1, {0: 7})[1]
 
 
 def test_an_offset_that_expired_under_a_running_group_is_no_reset() -> None:

@@ -24,10 +24,11 @@ from confluent_kafka import Consumer, TopicPartition
 from kazoo.client import KazooClient
 
 from coordinator.cursors import Cursor, read_cursors
-from coordinator.incarnations import Incarnation
+from coordinator.incarnations import Incarnation, StaleRead, TopicRecord, TopicRecords
 from coordinator.layout import GroupLayout
 from keyshared.core.slots import MAX_SLOT, SlotRange
 from keyshared.core.types import TP
+from keyshared.modes import topic_watch
 from keyshared.modes.topic_watch import TopicWatch
 from keyshared.modes.watermark_pass import LowWatermarkPass
 from tests.coordinator.conftest import WAIT_S, ClientFactory
@@ -143,3 +144,46 @@ def test_a_leaving_members_commit_beside_the_leaders_is_never_taken_for_a_reset(
     assert resets == []
     valid, stale = reader.split(read_cursors(admin, layout), records)
     assert stale == [] and [c.offset for c in valid] == [50]
+
+
+def test_a_change_found_on_a_stale_read_of_kafka_is_never_stored(
+    zk_client: ClientFactory, layout: GroupLayout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member that read Kafka, then stalled, may find the offset it read no longer named:
+    another member committed since and the record forgot it. Stored, its "reset" would drop
+    every cursor of the partition; it redoes the read instead, and gives up (for its caller to
+    retry) when every read is that slow. Before, the reset was stored first and the read's
+    age looked at after."""
+    monkeypatch.setattr(topic_watch, "_STALE_READ_S", 0.2)
+    client = zk_client()
+    watch = TopicWatch(client, layout, {"bootstrap.servers": "127.0.0.1:9"}, ["t"], 1.0)
+    watch.described = {"t": ("id", 1)}  # what describing the topic would say
+    watch.reconciled(lambda: {("t", 0): 10})  # the record: Kafka held 10
+    reads: list[int] = []
+
+    def slow_read() -> dict[TP, int]:
+        reads.append(1)
+        offsets = {("t", 0): 7}  # not the group's: a reset, if the read were fresh
+        stalled = threading.Event()
+        stalled.wait(0.3)  # the read outlives _STALE_READ_S (the stall is the fault injected)
+        return offsets
+
+    with pytest.raises(StaleRead):
+        watch.reconciled(slow_read)
+    assert len(reads) == 3
+    record = TopicRecords(client, layout).read("t")
+    assert record is not None and record.epochs == {} and record.committed == {0: (10,)}
+    # A fresh read of the same offset is a reset, and is stored.
+    _, records = watch.reconciled(lambda: {("t", 0): 7})
+    assert records["t"].epochs == {0: 1}
+
+
+def test_a_partition_whose_offset_kafka_expired_starts_at_the_lowest_offset_the_group_named() -> (
+    None
+):
+    """Kafka expired the group's offset (-1); the record names a first commit that never
+    landed (-1) beside later low watermarks: every record below the lowest of those is done,
+    so the partition starts there, not at ``auto.offset.reset`` (``latest`` would skip)."""
+    watch = TopicWatch(None, GroupLayout("g"), {"bootstrap.servers": "127.0.0.1:9"}, ["t"], 1.0)  # type: ignore[arg-type]
+    watch.records = {"t": TopicRecord("id", committed={0: (50, 40, -1)})}
+    assert watch.bases(None, {("t", 0): -1}, "latest") == {("t", 0): 40}  # type: ignore[arg-type]

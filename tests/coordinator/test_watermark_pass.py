@@ -132,3 +132,36 @@ def test_an_unchanged_offset_is_committed_again_well_within_kafkas_retention(
     clock.now += watermark_pass.EVERY_S
     assert pass_.run()
     assert len(sent) == 2
+
+
+def test_a_pass_whose_commit_failed_waits_before_naming_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each commit is named in the topic's record before it is sent, and the record keeps a
+    naming for ``SETTLE_AFTER_S``: passes retried at every tick while Kafka refuses commits
+    would name one a second. A pass that merely found nothing to do is due again at once."""
+    clock = _Clock()
+    monkeypatch.setattr(watermark_pass.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(watermark_pass, "read_cursors", lambda client, layout: [])
+    monkeypatch.setattr(watermark_pass, "_delete", lambda client, layout, stale: None)
+    monkeypatch.setattr(watermark_pass, "delete_superseded", lambda client, layout, valid: None)
+    monkeypatch.setattr(
+        watermark_pass, "low_watermarks", lambda valid: [TopicPartition("t", 0, 10)]
+    )
+    pass_ = LowWatermarkPass(_Quiet(), None, GroupLayout("g"), {"group.id": "g"})  # type: ignore[arg-type]
+    pass_._records = _Records()  # type: ignore[assignment]
+    monkeypatch.setattr(pass_, "_within_logs", lambda offsets: offsets)
+
+    def refused(offsets: list[TopicPartition]) -> None:
+        raise RuntimeError("Commit failed: Broker: Coordinator not available")
+
+    monkeypatch.setattr(pass_, "_commit", refused)
+    pass_._periodic()
+    assert pass_._next == clock.now + watermark_pass.EVERY_S
+    monkeypatch.setattr(pass_, "_commit", lambda offsets: None)
+    clock.now = pass_._next
+    pass_._periodic()
+    assert pass_._next == clock.now + watermark_pass.EVERY_S  # committed: the usual period
+    monkeypatch.setattr(watermark_pass, "low_watermarks", lambda valid: [])
+    pass_._periodic()
+    assert pass_._next == clock.now  # nothing named: due again at once
