@@ -29,10 +29,10 @@ from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.positions import note_stale_positions, observe_positions
 from keyshared.kafka.rewinds import Rewinds
 from keyshared.kafka.sampling import LoopSampler
-from keyshared.kafka.seams import CursorStore, Membership, PollInbox
+from keyshared.kafka.seams import CursorStore, GroupMembership, PollInbox
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.dispatcher import Dispatcher
-from keyshared.runtime.partition import PartitionState, Phase
+from keyshared.runtime.partition import PartitionPhase, PartitionState
 from keyshared.settings import ConsumerOptions
 
 __all__ = ["PollLoop"]
@@ -59,7 +59,7 @@ class PollLoop:
         stop_event: threading.Event,
         worker_depths: Callable[[], list[int]] = list,
         nudge_workers: Callable[[], None] = lambda: None,
-        membership: Membership | None = None,
+        membership: GroupMembership | None = None,
         cursor_store: CursorStore | None = None,
         inbox: PollInbox | None = None,
     ) -> None:
@@ -94,7 +94,7 @@ class PollLoop:
         return self._committer
 
     @property
-    def membership(self) -> Membership:
+    def membership(self) -> GroupMembership:
         return self._membership
 
     # -- main loop -----------------------------------------------------------------------------
@@ -215,7 +215,7 @@ class PollLoop:
                 committed=offset,
                 committed_metadata=metadata,
                 already_done=done,
-                phase=Phase.DRAINING if stopping else Phase.ACTIVE,
+                phase=PartitionPhase.DRAINING if stopping else PartitionPhase.ACTIVE,
             )
         if self._keystate is not None:
             # Blocked records are cleared only for keys this member runs: in key_shared mode

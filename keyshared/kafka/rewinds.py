@@ -19,7 +19,7 @@ committed:
   while the partition is paused and what arrives meanwhile is dropped; once nothing of it runs,
   the window is dropped and the consumer seeks to the lowest offset the fetch went back to;
 - a mode that reads from cursors of its own re-reads them instead (``key_shared``:
-  :meth:`keyshared.kafka.seams.Membership.rewound`), since its claims describe the old log too.
+  :meth:`keyshared.kafka.seams.GroupMembership.rewound`), since its claims describe the old log too.
 
 Poll thread only, like the rest of the poll loop.
 """

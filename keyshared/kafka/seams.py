@@ -6,7 +6,7 @@ its own in without the poll loop knowing which it talks to:
 ========================  =====================================  =============================
 seam                      partition mode (today)                 with the coordinator
 ========================  =====================================  =============================
-:class:`Membership`       the Kafka group's rebalance callbacks  ZooKeeper members and ranges
+:class:`GroupMembership`  the Kafka group's rebalance callbacks  ZooKeeper members and ranges
 :class:`Ownership`        the static key filters                 "is this key's slot mine?"
 :class:`CursorStore`      Kafka offset commits                   commits fenced by a lease
 :class:`DispatchControl`  the committers' snapshots              named holds, drain, stragglers
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CursorStore",
-    "Membership",
+    "GroupMembership",
     "MembershipEvents",
     "Plug",
     "PlugContext",
@@ -92,7 +92,7 @@ class MembershipEvents(Protocol):
     def lost(self, partitions: list[tuple[str, int]]) -> None: ...
 
 
-class Membership(Protocol):
+class GroupMembership(Protocol):
     """Who owns what. Every method is called on the poll thread: ``join`` once before the
     first poll, ``tick`` once per loop iteration, ``leave`` once after the final commit —
     except ``role``, which the health endpoint reads from its own thread (flags only)."""
@@ -178,6 +178,6 @@ class PlugContext:
 class Plug:
     """The seams a coordinator fills for one consumer run; None keeps the partition-mode part."""
 
-    membership: Membership | None = None
+    membership: GroupMembership | None = None
     ownership: Ownership | None = None
     cursor_store: CursorStore | None = None

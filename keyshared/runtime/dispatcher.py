@@ -48,7 +48,7 @@ from keyshared.core.types import TP
 from keyshared.core.window import Entry, InFlightWindow
 from keyshared.runtime.control import Accepts, KeyFilterOwnership, Ownership
 from keyshared.runtime.fenced_keys import FencedKeys
-from keyshared.runtime.partition import Blocked, PartitionState, Phase
+from keyshared.runtime.partition import Blocked, PartitionPhase, PartitionState
 from keyshared.settings import ConsumerOptions
 
 __all__ = ["LIVENESS_HOLD", "Dispatcher", "Progress", "WindowFigures", "Work"]
@@ -172,7 +172,7 @@ class Dispatcher:
         sampled: list[bytes] = []  # busiest-key samples, noted once per batch
         started = 0
         with self._lock:
-            if state.phase is not Phase.ACTIVE:
+            if state.phase is not PartitionPhase.ACTIVE:
                 self._give_back(state, messages)
                 return
             accepts = self._ownership.admission(state)
@@ -229,7 +229,7 @@ class Dispatcher:
 
     def _give_back(self, state: PartitionState, messages: list[Any]) -> None:
         """Records delivered to a draining partition are not run: hold the cursor below them."""
-        if state.phase is Phase.GONE or not messages:
+        if state.phase is PartitionPhase.GONE or not messages:
             return
         first = messages[0].offset()
         if state.window is None:
@@ -292,7 +292,7 @@ class Dispatcher:
         """Settle finished entries of one partition state (lock held): one window step, one
         update of the running count, the released records grouped by worker."""
         window = state.window
-        if state.phase is not Phase.ACTIVE or window is None:
+        if state.phase is not PartitionPhase.ACTIVE or window is None:
             for entry in entries:
                 self._finish_safely(state, entry, ready)
             return
@@ -352,8 +352,8 @@ class Dispatcher:
         self, state: PartitionState, entry: Entry[Any], ready: dict[int, list[Work]]
     ) -> None:
         window = state.window
-        if state.phase is not Phase.ACTIVE or window is None:
-            if state.phase is Phase.DRAINING and window is not None:
+        if state.phase is not PartitionPhase.ACTIVE or window is None:
+            if state.phase is PartitionPhase.DRAINING and window is not None:
                 for successor in window.complete(entry):  # counts for the final commit
                     state.never_run.add(id(successor))  # released, never to start here
                 if state.outputs.staged:
@@ -379,7 +379,7 @@ class Dispatcher:
             self._ended(state, entry)
 
     def is_active(self, state: PartitionState) -> bool:
-        return state.phase is Phase.ACTIVE
+        return state.phase is PartitionPhase.ACTIVE
 
     def retry_later(
         self,
@@ -397,7 +397,7 @@ class Dispatcher:
         """
         with self._lock:
             entry.attempt += 1
-            if state.phase is not Phase.ACTIVE:
+            if state.phase is not PartitionPhase.ACTIVE:
                 state.running -= 1
                 self._idle.notify_all()
                 self._ended(state, entry)
@@ -409,7 +409,7 @@ class Dispatcher:
         with self._lock:
             if state.backing_off.pop(id(entry), None) is None:
                 return  # withdrawn: its partition stopped dispatching or started again
-            if state.phase is Phase.ACTIVE:
+            if state.phase is PartitionPhase.ACTIVE:
                 self._dispatch(entry.worker, [(state, entry)])
                 return
             state.running -= 1
@@ -473,7 +473,7 @@ class Dispatcher:
                 state.blocked_unordered.clear()
             if not entries:
                 return released
-            if state.phase is not Phase.ACTIVE:
+            if state.phase is not PartitionPhase.ACTIVE:
                 return "blocked"
             state.running += len(entries)
             if retry:
@@ -553,7 +553,7 @@ class Dispatcher:
         partition that stopped dispatching meanwhile is abandoned instead.
         """
         with self._lock:
-            if state.phase is not Phase.ACTIVE:
+            if state.phase is not PartitionPhase.ACTIVE:
                 state.running -= 1
                 self._idle.notify_all()
                 self._ended(state, entry)
@@ -578,7 +578,7 @@ class Dispatcher:
     def _ended(self, state: PartitionState, entry: Entry[Any] | None) -> None:
         """An entry of a partition no longer active stopped running (lock held): start what
         waited for it."""
-        if state.phase is not Phase.GONE:
+        if state.phase is not PartitionPhase.GONE:
             return
         idle = state.running <= 0
         if idle:
@@ -830,8 +830,8 @@ class Dispatcher:
     def stop_dispatching(self, states: list[PartitionState]) -> None:
         with self._lock:
             for state in states:
-                if state.phase is Phase.ACTIVE:
-                    state.phase = Phase.DRAINING
+                if state.phase is PartitionPhase.ACTIVE:
+                    state.phase = PartitionPhase.DRAINING
                 self._withdraw_retries(state)
             if self._held:
                 self._drop_held(states)
@@ -874,7 +874,7 @@ class Dispatcher:
             dropped = self._drop_held(states) if self._held else set()
             self._withdraw(states)
             for state in states:
-                state.phase = Phase.GONE
+                state.phase = PartitionPhase.GONE
                 dropped |= self._withdraw_retries(state)
                 if state.window is None:
                     continue

@@ -22,7 +22,7 @@ from keyshared.kafka.deserializers import decoder
 from keyshared.kafka.dlq_headers import provenance_headers
 from keyshared.record import Record
 from keyshared.runtime.outputs import Output, OutputCheck, OutputMessage
-from keyshared.runtime.partition import PartitionState, Phase
+from keyshared.runtime.partition import PartitionPhase, PartitionState
 from keyshared.runtime.settlement import LoopSettlement, SettlementBuffer, account
 from keyshared.settings import ConsumerOptions
 
@@ -120,7 +120,7 @@ class RecordExecutor:
 
     def prepare(self, state: PartitionState, entry: Entry[Any]) -> Record | None:
         """The record to hand to the handler, or None when the entry was settled otherwise."""
-        if state.phase is not Phase.ACTIVE:
+        if state.phase is not PartitionPhase.ACTIVE:
             self._dispatcher.abandon(state, entry)
             return None
         live = self._dispatcher.liveness  # None (no coordinator): nothing to ask per record
@@ -265,7 +265,7 @@ class RecordExecutor:
             reason=reason,
             traceback_text=_bounded_traceback(exc),
             first_failure=entry.first_failure or time.time(),
-            still_wanted=lambda: state.phase is not Phase.GONE,
+            still_wanted=lambda: state.phase is not PartitionPhase.GONE,
             on_acked=lambda: then(state, entry),
             on_abandoned=lambda: self._dispatcher.abandon(state, entry),
         )
@@ -300,7 +300,7 @@ class RecordExecutor:
             state.partition,
             entry.key,
             entry.offset,
-            still_wanted=lambda: state.phase is not Phase.GONE,
+            still_wanted=lambda: state.phase is not PartitionPhase.GONE,
             on_durable=durable,
             on_abandoned=lambda: self._dispatcher.abandon(state, entry),
         )

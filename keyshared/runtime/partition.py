@@ -32,12 +32,12 @@ from keyshared.runtime.outputs import PartitionOutputs
 if TYPE_CHECKING:
     from keyshared.metrics import PartitionMetrics
 
-__all__ = ["Blocked", "KeyStats", "PartitionState", "Phase"]
+__all__ = ["Blocked", "KeyStats", "PartitionPhase", "PartitionState"]
 
 Ranked = tuple[bytes, float, float]  # key, weight, error bound
 
 
-class Phase(enum.Enum):
+class PartitionPhase(enum.Enum):
     ACTIVE = "active"  # dispatching
     DRAINING = "draining"  # revoked: finishing what runs, dispatching nothing new
     GONE = "gone"  # removed or lost: results are discarded
@@ -127,7 +127,7 @@ class PartitionState:
     fencing: Callable[[bytes | None, int], int | None] | None = None  # (key, offset) -> token
     # -- dispatcher lock
     window: InFlightWindow[Any] | None = None  # created at the first record if no commit
-    phase: Phase = Phase.ACTIVE
+    phase: PartitionPhase = PartitionPhase.ACTIVE
     running: int = 0  # entries owned by a worker, a write, a backoff or a hold
     backing_off: dict[int, Entry[Any]] = field(default_factory=dict)  # by id: in retry backoff
     # Ids of entries in flight in the window that will never run (withdrawn from a backoff or

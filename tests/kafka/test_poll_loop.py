@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from keyshared.kafka.seams import PollInbox
-from keyshared.runtime.partition import Phase
+from keyshared.runtime.partition import PartitionPhase
 from keyshared.runtime.settlement import SettlementBuffer
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import records
@@ -77,7 +77,7 @@ def _held_success(h: LoopHarness, then_stop: Callable[[LoopHarness], object]) ->
         release_thread.wait(30)  # "running another key's slow handler"
 
     h.nudge = lambda: (
-        settlements.flush_stale() if taken and taken[0].phase is not Phase.ACTIVE else None
+        settlements.flush_stale() if taken and taken[0].phase is not PartitionPhase.ACTIVE else None
     )
     h.fake.then_assign(T0, committed={T0: (0, "")})
     h.fake.then_deliver(keyed(0, range(0, 1)))

@@ -34,7 +34,7 @@ from hypothesis.stateful import (
 from keyshared.core.window import Entry
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.dispatcher import Dispatcher, Work
-from keyshared.runtime.partition import PartitionState, Phase
+from keyshared.runtime.partition import PartitionPhase, PartitionState
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import FakeMessage
 
@@ -119,7 +119,7 @@ class DispatcherMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 100))
     def pick_up(self, i: int) -> None:
         work = self.submitted.pop(i % len(self.submitted))
-        if work[0].phase is not Phase.ACTIVE:
+        if work[0].phase is not PartitionPhase.ACTIVE:
             self.dispatcher.abandon(work[0])  # what RecordExecutor.prepare does
             return
         self.running.append(work)
@@ -151,7 +151,7 @@ class DispatcherMachine(RuleBasedStateMachine):
         assert self.dispatcher.finish_many([(state, entry, 0.001) for state, entry in works])
 
     def _count_finish(self, state: PartitionState, entry: Entry[Any]) -> None:
-        if state.phase is not Phase.GONE:  # a gone state's results are discarded
+        if state.phase is not PartitionPhase.GONE:  # a gone state's results are discarded
             self.finished[entry.offset] = self.finished.get(entry.offset, 0) + 1
 
     @precondition(lambda self: self.running)
@@ -159,7 +159,7 @@ class DispatcherMachine(RuleBasedStateMachine):
     def fail_and_retry(self, i: int) -> None:
         state, entry = self._take_running(i)
         self._retried = id(entry)
-        if state.phase is Phase.ACTIVE:
+        if state.phase is PartitionPhase.ACTIVE:
             self.backing_off[id(entry)] = (state, entry)
         self.dispatcher.retry_later(state, entry, 0.1, self._call_later)
 
@@ -167,7 +167,6 @@ class DispatcherMachine(RuleBasedStateMachine):
     @rule()
     def backoff_elapses(self) -> None:
         self.timers.pop(0)()
-
 
     @precondition(lambda self: self.running)
     @rule(i=st.integers(0, 100))
@@ -194,7 +193,7 @@ class DispatcherMachine(RuleBasedStateMachine):
         offset = sorted(self.blocked)[i % len(self.blocked)]
         key = self.keys[offset]
         released = [o for o in self.blocked if self.keys[o] == key]
-        if self.state.phase is Phase.ACTIVE and not retry:  # skipped: done from now on
+        if self.state.phase is PartitionPhase.ACTIVE and not retry:  # skipped: done from now on
             for o in released:
                 self.finished[o] = self.finished.get(o, 0) + 1
         self.blocked.difference_update(released)
@@ -229,7 +228,7 @@ class DispatcherMachine(RuleBasedStateMachine):
 
     @invariant()
     def running_count_matches(self) -> None:
-        if self.state.phase is Phase.GONE:
+        if self.state.phase is PartitionPhase.GONE:
             return
         owned = len(self.submitted) + len(self.running) + len(self.backing_off)
         assert self.state.running == owned, (self.state.running, owned)
