@@ -43,9 +43,8 @@ first and the record second never mistakes the group's own commit for a reset.
 
 An offset leaves the list only once it cannot be on its way and no reader can still hold it
 from Kafka (:func:`settled`): Kafka is seen holding another named offset, and it was named
-``SETTLE_AFTER_S`` ago. Finding 31 (docs/chaos.md): naming ``[new, held]`` alone dropped another
-member's commit that was in flight, and its landing read as a reset; every cursor of the topic
-stopped counting and the group replayed from Kafka's offsets.
+``SETTLE_AFTER_S`` ago; naming only ``[new, held]`` would drop another member's commit in
+flight, whose landing then reads as a reset (docs/chaos.md has the run that showed it).
 
 ``initial_partitions`` is the partition count when the record was made: a partition above it
 was added while the group existed, so it is read from its start when nothing was committed for

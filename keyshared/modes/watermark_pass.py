@@ -237,7 +237,7 @@ class LowWatermarkPass:
     def _failed(self, step: str, exc: Exception) -> None:
         """One failed pass is a debug line (a broker restarting fails a few); failures that
         last are a warning every ``FAILING_WARN_S``: the group's Kafka offsets, which lag tools
-        read, stand still meanwhile. Finding 29 (docs/chaos.md) went unseen for a whole run."""
+        read, stand still meanwhile, and a pass failing at every try must not go unseen."""
         log.debug("%s for the low watermark failed: %s", step, exc)
         now = time.monotonic()
         if self._failing_since is None:
