@@ -165,7 +165,13 @@ class HeldRanges:
         for exc in report.failed.values():
             raise exc
 
-    def _forget_written(self, slots: SlotRange, progress: Sequence[Progress]) -> None:
+    def _forget_written(self, slots: SlotRange, progress: Sequence[Progress] | None = None) -> None:
+        """Forget what was staged for ``slots`` (in ``progress``'s partitions; None: all): the
+        next write stages it again."""
+        if progress is None:
+            for key in [key for key in self._written if key[0] == slots]:
+                del self._written[key]
+            return
         for tp, *_ in progress:
             self._written.pop((slots, tp), None)
 
@@ -183,6 +189,7 @@ class HeldRanges:
         are written and, if the drain timed out, the records still running there finished."""
         lease = self.leases.pop(slots, None)
         writer = self._writers.pop(slots, None)
+        self._forget_written(slots)
         if lease is None:
             return  # fenced while draining: the lease is gone already
         if not drained:
@@ -212,6 +219,7 @@ class HeldRanges:
         self._on_fenced()
         self.leases.pop(slots, None)
         self._writers.pop(slots, None)
+        self._forget_written(slots)
         if slots not in self._fenced:
             self._fenced.append(slots)
 

@@ -18,6 +18,7 @@ from kazoo.exceptions import NoNodeError
 
 from coordinator.cursors import CursorFlush
 from coordinator.errors import CoordinatorError, Fenced
+from keyshared.core.claims import PartitionClaims
 from keyshared.core.slots import SlotRange
 from keyshared.modes.handback import HandBack
 from keyshared.modes.held_ranges import HeldRanges
@@ -34,6 +35,10 @@ class Writer:
         self.fail = fail
         self.pending = 1
         self.slots = RANGE  # the range it writes: set when held (held_ranges)
+
+    def stage_pieces(self, topic: str, partition: int, pieces: Any, stamp: Any) -> None:
+        self.log.append(f"staged {topic}[{partition}]@{pieces[0][1]}")
+        self.pending = 1
 
     def flush(self) -> int:
         if self.fail is not None:
@@ -183,3 +188,24 @@ def test_a_missing_znode_under_the_last_write_is_retried_not_read_as_the_lease_g
     writer.fail = None
     held.hand_back.tick()
     assert log[-2:] == ["written", "released"]
+
+
+def test_a_range_regained_after_it_was_fenced_stages_its_cursor_afresh() -> None:
+    """What a range's last write staged is forgotten with the range (fenced, or given up):
+    a member that gains it again under a new lease writes its cursor at the first flush even
+    if it is the same, and a member whose ranges change shape under churn does not keep an
+    entry per range shape it ever held."""
+    log: list[str] = []
+    first, regained = Writer(log, None), Writer(log, None)
+    held = held_ranges(log, first)
+    claims = {("t", 0): PartitionClaims.resolve([(RANGE, 7)], [], base=0)}
+    progress = [(("t", 0), 10, [], 10)]
+    held.write(progress, claims, force=False, suspended=False)
+    assert log == ["staged t[0]@10", "written"]
+    held.forget(RANGE)  # fenced
+    held._writer_of = lambda lease: regained  # type: ignore[assignment,return-value]
+    held.add(RANGE, SimpleNamespace(token=9, key=str(RANGE)))  # type: ignore[arg-type]
+    log.clear()
+    held.write(progress, claims, force=False, suspended=False)
+    assert log == ["staged t[0]@10", "written"] and regained.pending == 0
+    assert all(slots == RANGE for slots, _ in held._written)
