@@ -134,25 +134,34 @@ def test_a_released_lease_among_three_writes_nothing_and_the_others_are_written(
         held[1].flush()
 
 
+@pytest.mark.parametrize("per_transaction", [1, 2])
 def test_a_flush_past_the_size_bound_is_split_between_ranges_never_within_one(
-    member: Member, monkeypatch: pytest.MonkeyPatch
+    member: Member, monkeypatch: pytest.MonkeyPatch, per_transaction: int
 ) -> None:
     """ZooKeeper refuses a request over ``jute.maxbuffer`` (about 1 MB): a member holding many
-    ranges with large cursors writes them in as few transactions as fit the bound."""
+    ranges with large cursors writes them in as few transactions as fit the bound, as many
+    whole ranges in each as fit, and never one range's cursors over two."""
     client, layout, held = member.client, member.layout, member.writers
-    one_range = 8 * (len("/a/cursor/path/payments@0") + 200)
-    monkeypatch.setattr(cursors_module, "MAX_TRANSACTION_BYTES", one_range)
     for writer in held:
         for partition in range(8):
             writer.stage("payments", partition, 7, metadata="x" * 100)
+    one_range = cursors_module._Batch(held[0], dict(held[0]._staged)).size
+    bound = per_transaction * one_range + one_range // 2  # room for k ranges, not k + 1
+    monkeypatch.setattr(cursors_module, "MAX_TRANSACTION_BYTES", bound)
     report = flush_together(held)
     assert report.written == dict.fromkeys(RANGES, 8)
-    assert report.transactions == 3
+    expected = -(-len(RANGES) // per_transaction)  # 3 ranges: 3 transactions, or 2 + 1
+    assert report.transactions == expected
     versions: dict[SlotRange, set[int]] = {}
     for cursor in read_cursors(client, layout):
         versions.setdefault(cursor.slots, set()).add(cursor.version)
     assert all(len(v) == 1 for v in versions.values()), "a range split over transactions"
-    assert len(set.union(*versions.values())) == 3
+    by_version: dict[int, int] = {}
+    for (version,) in versions.values():
+        by_version[version] = by_version.get(version, 0) + 1
+    assert sorted(by_version.values(), reverse=True) == [
+        min(per_transaction, len(RANGES) - i * per_transaction) for i in range(expected)
+    ]
 
 
 def test_a_member_gaining_a_range_reads_only_the_cursors_overlapping_it(
