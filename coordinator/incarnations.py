@@ -87,8 +87,10 @@ whose read of Kafka came before ``y`` landed names another offset within 10 s of
 its commit lands ``L`` later, after which Kafka no longer holds ``y``: ``t + L + 10 + L`` = ``t +
 74``; a member whose read saw ``y`` then and read the record after is redone past 2 s."""
 MAX_NAMED = 32
-"""Offsets named per partition at most (the one Kafka was seen holding kept among them): one
-pass every 5 s names 19 in ``SETTLE_AFTER_S``; passes whose commits fail back off as long."""
+"""Offsets kept named per partition, beyond which the oldest go unless Kafka was seen holding
+them or their commit may still be on its way (named less than ``_IN_FLIGHT_S`` ago): one pass
+every 5 s names 19 in ``SETTLE_AFTER_S``; passes whose commits fail back off as long."""
+_IN_FLIGHT_S = 45.0  # longer than a commit can be on its way after its naming (~32 s)
 
 
 class StaleRead(CoordinatorError):
@@ -259,9 +261,12 @@ def with_commit(
         if all(o != before for o, _ in entries):
             entries.append((before, at))
         entries = _first_of_each(entries)
-        if len(entries) > MAX_NAMED:  # the oldest go, never what Kafka was seen holding
-            kept = entries[: MAX_NAMED - 1]
-            entries = kept + [e for e in entries[MAX_NAMED - 1 :] if e[0] == before][:1]
+        if len(entries) > MAX_NAMED:
+            # The oldest go, but never what Kafka was seen holding, nor an offset named so
+            # recently that its commit may still be on its way (many members' final passes at
+            # once can name more than MAX_NAMED in that time: the list then stays longer).
+            young = [e for e in entries[MAX_NAMED:] if e[0] == before or at - e[1] < _IN_FLIGHT_S]
+            entries = entries[:MAX_NAMED] + young
         _store(committed, named, partition, entries)
     return replace(record, committed=committed, named=named, named_at=now)
 
@@ -286,12 +291,6 @@ def settled(record: TopicRecord, held: Mapping[int, int], now: float | None) -> 
             kept = [(o, t) for o, t in entries if o == offset or now - t < SETTLE_AFTER_S]
         _store(committed, named, partition, kept)
     return replace(record, committed=committed, named=named)
-
-
-def _freshly_named(record: TopicRecord, partition: int, offset: int, now: float) -> bool:
-    """Whether ``offset`` is named for ``partition`` recently enough that a commit of it made
-    now cannot outlive its naming (half of ``SETTLE_AFTER_S``)."""
-    return any(o == offset and now - t < SETTLE_AFTER_S / 2 for o, t in record.namings(partition))
 
 
 def _first_of_each(entries: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -362,10 +361,14 @@ class TopicRecords:
             since Kafka may have taken another member's commit since, named after the read.
         """
         for _attempt in range(_ATTEMPTS):
-            record, changes = reconcile(self.read(topic), topic_id, partitions, committed, running)
+            stored_before = self.read(topic)
+            record, changes = reconcile(stored_before, topic_id, partitions, committed, running)
             if not changes:
                 return record, changes
-            if fresh_until is not None and time.monotonic() > fresh_until:
+            # Only a partition's reset is judged by Kafka's offsets; a first record or a
+            # recreated topic is not, and a slow read cannot make it wrong.
+            judged = stored_before is not None and stored_before.topic_id == topic_id
+            if judged and fresh_until is not None and time.monotonic() > fresh_until:
                 raise StaleRead(f"the read of topic {topic!r}'s committed offsets is too old")
             stored = self.write(topic, record)
             if stored is not None:
@@ -381,8 +384,9 @@ class TopicRecords:
             record = self.read(topic)
             if record is None or record.topic_id != topic_id:
                 return False
-            if all(_freshly_named(record, p, o, time.time()) for p, o in offsets.items()):
-                return True
+            # Named afresh even when the record names the offsets already: the commit about to
+            # be sent must not outlive its naming (SETTLE_AFTER_S), nor what Kafka was seen
+            # holding.
             if self.write(topic, with_commit(record, offsets, held, time.time())) is not None:
                 return True
         raise CoordinatorError(f"the record of topic {topic!r} kept changing; gave up")

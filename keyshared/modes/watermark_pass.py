@@ -199,7 +199,6 @@ class LowWatermarkPass:
             todo = self._within_logs(todo)
             for topic in sorted({tp.topic for tp in todo}):
                 if self._outlived(read_at):
-                    self._commit_failed = bool(allowed)  # named, never sent
                     return False
                 mine = {tp.partition: tp.offset for tp in todo if tp.topic == topic}
                 held = {p: committed.get((topic, p), -1) for p in mine}
@@ -208,7 +207,6 @@ class LowWatermarkPass:
                     allowed += [tp for tp in todo if tp.topic == topic]
             if allowed:
                 if self._outlived(read_at):
-                    self._commit_failed = True  # named, never sent
                     return False
                 # Waited for: the next pass must know which of the offsets named Kafka holds.
                 self._commit_failed = True
@@ -220,6 +218,7 @@ class LowWatermarkPass:
                 done = {(tp.topic, tp.partition): tp.offset for tp in allowed}
                 self._settle({**committed, **done}, at_once=True)
         except Exception as exc:
+            self._commit_failed |= bool(allowed)  # named (some topics), never landed
             self._failed("committing", exc)
             return False
         self._failing_since = None
@@ -229,9 +228,13 @@ class LowWatermarkPass:
         """Whether the pass's read of Kafka is too old to name or send a commit from: what
         Kafka held then is named beside the commit, and an offset named (or a commit sent) this
         late could outlive its naming (coordinator.incarnations.SETTLE_AFTER_S). Next pass."""
-        if time.monotonic() - read_at <= _READ_OUTLIVED_S:
+        age = time.monotonic() - read_at
+        if age <= _READ_OUTLIVED_S:
             return False
-        log.debug("the low-watermark pass's read of Kafka outlived its use; next pass")
+        # A failure like any other (warned when it lasts), and backed off: a pass that names
+        # nothing again and again leaves the group's Kafka offsets where they are.
+        self._commit_failed = True
+        self._failed("naming", TimeoutError(f"the pass's read of Kafka is {age:.1f}s old"))
         return True
 
     def _failed(self, step: str, exc: Exception) -> None:

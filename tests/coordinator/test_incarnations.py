@@ -139,6 +139,8 @@ class _Writer:
 
 
 _STALE_READ_S = 2.0  # a member redoes a read of Kafka and the record slower than this
+_NAMES_WITHIN_S = 10.0  # the pass names nothing from an older read of Kafka
+_LANDS_WITHIN_S = 32.0  # 10 s to send it, three sends of 5 s, a 6 s wait for the coordinator
 
 
 @settings(max_examples=500, deadline=None)
@@ -160,7 +162,7 @@ def test_any_schedule_of_overlapping_commits_leaves_kafka_holding_a_named_offset
 ) -> None:
     """Three writers read Kafka, name commits, land or fail them and settle the record in any
     order, within the bounds the low-watermark pass keeps (a read names nothing after
-    ``SETTLE_AFTER_S / 3``; a commit lands or fails within ``SETTLE_AFTER_S / 6``). A member
+    ``_NAMES_WITHIN_S``; a commit lands or fails within ``_LANDS_WITHIN_S`` of its naming). A member
     reading Kafka first and the record up to ``_STALE_READ_S`` later never finds Kafka's
     offset missing from the record: the group's own commits are never taken for a reset."""
     now, kafka = 0.0, 0
@@ -170,14 +172,14 @@ def test_any_schedule_of_overlapping_commits_leaves_kafka_holding_a_named_offset
     for action, which, offset, elapsed in steps:
         writer = writers[which]
         # A commit on its way lands or fails within its bound: time cannot pass it by.
-        due = [w.naming[1] + SETTLE_AFTER_S / 6 for w in writers if w.naming is not None]
+        due = [w.naming[1] + _LANDS_WITHIN_S for w in writers if w.naming is not None]
         now = min(now + elapsed, *due) if due else now + elapsed
         if action == "read":
             writer.read = (kafka, now)
         elif action == "name":
             if writer.read is None or writer.naming is not None:
                 continue
-            if now - writer.read[1] > SETTLE_AFTER_S / 3:
+            if now - writer.read[1] > _NAMES_WITHIN_S:
                 writer.read = None  # outlived its use: the pass names nothing
                 continue
             record = with_commit(record, {0: offset}, {0: writer.read[0]}, now)
@@ -205,14 +207,19 @@ def test_any_schedule_of_overlapping_commits_leaves_kafka_holding_a_named_offset
 
 
 def test_the_offsets_named_are_bounded_and_keep_what_kafka_was_seen_holding() -> None:
-    """Commits that keep failing are each named first: the list stops at ``MAX_NAMED``,
-    the oldest going, but never the offset Kafka holds (a reader would take it for a reset)."""
+    """Commits that keep failing are each named first: past ``MAX_NAMED`` the oldest go, but
+    never the offset Kafka holds (a reader would take it for a reset), nor one named so
+    recently that its commit may still be on its way (many members' final passes at once)."""
     record = TopicRecord("id", committed={0: (7,)}, named={0: (0.0,)})
-    for i in range(3 * MAX_NAMED):
-        record = with_commit(record, {0: 100 + i}, held={0: 7}, now=float(i))
-    assert len(record.committed[0]) == MAX_NAMED
+    for i in range(3 * MAX_NAMED):  # one failed pass every 5 s
+        record = with_commit(record, {0: 100 + i}, held={0: 7}, now=5.0 * i)
+    assert len(record.committed[0]) == MAX_NAMED + 1
     assert record.committed[0][0] == 100 + 3 * MAX_NAMED - 1 and 7 in record.committed[0]
     assert not reconcile(record, "id", 1, {0: 7})[1]
+    burst = TopicRecord("id", committed={0: (7,)}, named={0: (0.0,)})
+    for i in range(2 * MAX_NAMED):  # as many passes in 6 s: every commit may be on its way
+        burst = with_commit(burst, {0: 100 + i}, held={0: 7}, now=0.1 * i)
+    assert set(burst.committed[0]) == {7, *range(100, 100 + 2 * MAX_NAMED)}
 
 
 def test_an_offset_that_expired_under_a_running_group_is_no_reset() -> None:
