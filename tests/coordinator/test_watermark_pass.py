@@ -98,11 +98,9 @@ class _Quiet:
         return [], []
 
 
-def test_an_unchanged_offset_is_committed_again_well_within_kafkas_retention(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Members only assign(), so Kafka expires the group's offsets ``offsets.retention.minutes``
-    after their last commit even while it runs: a quiet partition's must be sent again."""
+def _quiet_pass(monkeypatch: pytest.MonkeyPatch) -> tuple[_Clock, LowWatermarkPass]:
+    """A pass over :class:`_Quiet` on a clock of the test's, its ZooKeeper reads stubbed: the
+    low watermark stays at 10, every commit is named."""
     clock = _Clock()
     monkeypatch.setattr(watermark_pass.time, "monotonic", clock.monotonic)
     monkeypatch.setattr(watermark_pass, "read_cursors", lambda client, layout: [])
@@ -113,6 +111,15 @@ def test_an_unchanged_offset_is_committed_again_well_within_kafkas_retention(
     )
     pass_ = LowWatermarkPass(_Quiet(), None, GroupLayout("g"), {"group.id": "g"})  # type: ignore[arg-type]
     pass_._records = _Records()  # type: ignore[assignment]
+    return clock, pass_
+
+
+def test_an_unchanged_offset_is_committed_again_well_within_kafkas_retention(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Members only assign(), so Kafka expires the group's offsets ``offsets.retention.minutes``
+    after their last commit even while it runs: a quiet partition's must be sent again."""
+    clock, pass_ = _quiet_pass(monkeypatch)
     sent: list[list[tuple[str, int, int]]] = []
     monkeypatch.setattr(pass_, "_within_logs", lambda offsets: offsets)
     monkeypatch.setattr(
@@ -140,16 +147,7 @@ def test_a_pass_whose_commit_failed_waits_before_naming_another(
     """Each commit is named in the topic's record before it is sent, and the record keeps a
     naming for ``SETTLE_AFTER_S``: passes retried at every tick while Kafka refuses commits
     would name one a second. A pass that merely found nothing to do is due again at once."""
-    clock = _Clock()
-    monkeypatch.setattr(watermark_pass.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(watermark_pass, "read_cursors", lambda client, layout: [])
-    monkeypatch.setattr(watermark_pass, "_delete", lambda client, layout, stale: None)
-    monkeypatch.setattr(watermark_pass, "delete_superseded", lambda client, layout, valid: None)
-    monkeypatch.setattr(
-        watermark_pass, "low_watermarks", lambda valid: [TopicPartition("t", 0, 10)]
-    )
-    pass_ = LowWatermarkPass(_Quiet(), None, GroupLayout("g"), {"group.id": "g"})  # type: ignore[arg-type]
-    pass_._records = _Records()  # type: ignore[assignment]
+    clock, pass_ = _quiet_pass(monkeypatch)
     monkeypatch.setattr(pass_, "_within_logs", lambda offsets: offsets)
 
     def refused(offsets: list[TopicPartition]) -> None:
