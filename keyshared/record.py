@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from keyshared.runtime.outputs import Output
-
-__all__ = ["Header", "Record"]
+__all__ = ["Header", "OutputHeaders", "Record", "RecordOutput"]
 
 Header = tuple[str, bytes | None]
+# The headers of an output message: pairs, or a dict; values ``str``, ``bytes`` or None.
+OutputHeaders = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
+
+
+class RecordOutput(Protocol):
+    """What a handler may do with ``record.output``: stage messages that are committed in
+    one Kafka transaction with the offsets that mark the record finished. Filled by the
+    exactly-once runtime (``keyshared.runtime.outputs.Output``); the handler needs no more."""
+
+    def produce(
+        self,
+        topic: str,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        headers: OutputHeaders = None,
+    ) -> None:
+        """Stage one message (partitioned by its key, murmur2, like Java producers).
+
+        :raises keyshared.OutputError: the producer would refuse the message, or the
+            record's attempt already ended.
+        """
 
 
 @dataclass(slots=True)
@@ -43,7 +61,7 @@ class Record:
     attempt: int
     raw_key: bytes | None = None
     fencing_token: int | None = None
-    output: Output | None = None
+    output: RecordOutput | None = None
 
     def header(self, name: str) -> bytes | None:
         """The last value of header ``name``, or None."""

@@ -26,6 +26,7 @@ from keyshared.consumer.health_view import HealthView
 from keyshared.consumer.hotkeys_view import hot_keys_report
 from keyshared.core.modes import Mode
 from keyshared.core.poison import PoisonPolicy
+from keyshared.kafka.deserializers import decoder
 from keyshared.kafka.dlq import DeadLetterWriter
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.keystate import KeyStateStore
@@ -141,7 +142,8 @@ def assemble(
         dlq,
         keystate,
         tracer,
-        group,
+        decode_key=decoder(options.key_deserializer, "key"),
+        decode_value=decoder(options.value_deserializer, "value"),
         output_rules=txn.output_rules if txn is not None else None,
     )
     runner.bind(executor)

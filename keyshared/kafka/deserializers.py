@@ -26,10 +26,9 @@ from typing import Any
 
 from confluent_kafka.serialization import Deserializer, MessageField, SerializationContext
 
-__all__ = ["Decoder", "decoder"]
+from keyshared.runtime.sinks import Decoder
 
-# (the field's bytes, the confluent_kafka.Message it came from) -> the deserialized object
-Decoder = Callable[[bytes | None, Any], Any]
+__all__ = ["Decoder", "decoder"]
 
 
 def decoder(deserializer: Callable[..., Any] | None, field: str) -> Decoder | None:

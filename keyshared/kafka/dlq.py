@@ -33,6 +33,8 @@ from keyshared.kafka.dlq_headers import (
     DlqHeader,
     provenance_headers,
 )
+from keyshared.runtime.outputs import OutputMessage
+from keyshared.runtime.sinks import Failure
 
 if TYPE_CHECKING:
     from keyshared.metrics import ConsumerMetrics
@@ -106,8 +108,8 @@ class DeadLetterWriter:
 
         writer = DeadLetterWriter(config, "orders", lambda t: f"{t}.dlq", metrics,
                                   scheduler.call_later)
-        writer.send(msg, attempts=3, error=exc, reason="exhausted", traceback_text=tb,
-                    first_failure=t0, still_wanted=lambda: owned, on_acked=mark_done)
+        writer.send(msg, Failure(3, exc, "exhausted", tb, t0),
+                    still_wanted=lambda: owned, on_acked=mark_done)
         writer.close(10.0)
 
     :param kafka_config: the consumer's confluent-kafka config; only its connection, security
@@ -166,12 +168,8 @@ class DeadLetterWriter:
     def send(
         self,
         msg: Any,
+        failure: Failure,
         *,
-        attempts: int,
-        error: BaseException | None,
-        reason: str,
-        traceback_text: str,
-        first_failure: float,
         still_wanted: Callable[[], bool],
         on_acked: Callable[[], None],
         on_abandoned: Callable[[], None] | None = None,
@@ -180,11 +178,17 @@ class DeadLetterWriter:
         writer's thread, after the broker acknowledged it, or else ``on_abandoned`` once, when
         the letter is given up (``still_wanted()`` turned False, or the writer closed). Returns
         at once."""
-        headers = provenance_headers(
-            msg, self._group, attempts, error, reason, traceback_text, first_failure, self._redact
-        )
+        headers = provenance_headers(msg, self._group, *failure, redact=self._redact)
         topic = self._dlq_topic_for(msg.topic())
         self._inbox.put(_Letter(msg, topic, headers, still_wanted, on_acked, on_abandoned))
+
+    def letter(self, msg: Any, failure: Failure) -> OutputMessage:
+        """``msg``'s dead letter as an exactly-once output of its record: the topic and
+        headers :meth:`send` writes, left to the transaction that commits the record (its DLQ
+        partition is ``msg``'s partition modulo the DLQ's, as here)."""
+        headers = provenance_headers(msg, self._group, *failure, redact=self._redact)
+        topic = self._dlq_topic_for(msg.topic())
+        return OutputMessage(topic, msg.key(), msg.value(), headers, msg.partition())
 
     def close(self, timeout: float) -> None:
         """Write what is queued, wait up to ``timeout`` seconds for acks, stop the thread.

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from keyshared.core.batches import batch_failures
 from keyshared.errors import BatchError
 from keyshared.record import Record
+from keyshared.runtime.outputs import output_of
 from keyshared.runtime.settlement import Success
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class BatchExecutor:
             successes = [(state, entry, share) for state, entry in ready]
         if records[0].output is not None:  # exactly-once (every record has one, or none)
             for index, (state, entry) in enumerate(ready):  # the outputs of successes
-                output = records[index].output
+                output = output_of(records[index])
                 if output is not None:
                     if index in failures:
                         output.seal()

@@ -18,17 +18,14 @@ from typing import TYPE_CHECKING, Any
 from keyshared.core.poison import DeserializationError, PoisonPolicy, Retry, decide
 from keyshared.core.redaction import REDACTION_INPUT_LIMIT, Redactor, shown_error, shown_key
 from keyshared.core.window import Entry
-from keyshared.kafka.deserializers import decoder
-from keyshared.kafka.dlq_headers import provenance_headers
 from keyshared.record import Record
-from keyshared.runtime.outputs import Output, OutputCheck, OutputMessage
+from keyshared.runtime.outputs import Output, OutputCheck, output_of
 from keyshared.runtime.partition import PartitionPhase, PartitionState
 from keyshared.runtime.settlement import LoopSettlement, SettlementBuffer, account
+from keyshared.runtime.sinks import DeadLetters, Decoder, Failure, KeyStates
 from keyshared.settings import ConsumerOptions
 
 if TYPE_CHECKING:
-    from keyshared.kafka.dlq import DeadLetterWriter
-    from keyshared.kafka.keystate import KeyStateStore
     from keyshared.runtime.dispatcher import Dispatcher, Work
     from keyshared.runtime.tracing import HandlerTracer
 
@@ -53,16 +50,18 @@ class RecordExecutor:
         handler: Callable[[Record], Any] | None,
         dispatcher: Dispatcher,
         call_later: Callable[[float, Callable[[], None]], None],
-        dlq: DeadLetterWriter,
-        keystate: KeyStateStore | None,
+        dlq: DeadLetters,
+        keystate: KeyStates | None,
         tracer: HandlerTracer | None = None,
-        group: str = "",
+        *,
+        decode_key: Decoder | None = None,
+        decode_value: Decoder | None = None,
         output_rules: OutputCheck | None = None,
     ) -> None:
         self._options = options
         self._tracer = tracer  # told each failed attempt's fate; the handler is wrapped already
-        self._decode_key = decoder(options.key_deserializer, "key")
-        self._decode_value = decoder(options.value_deserializer, "value")
+        self._decode_key = decode_key  # None: the raw bytes are handed over
+        self._decode_value = decode_value
         self._handler = handler
         self._dispatcher = dispatcher
         self._call_later = call_later
@@ -71,7 +70,6 @@ class RecordExecutor:
         self._rng = random.Random()
         self._exactly_once = options.exactly_once
         self._output_rules = output_rules
-        self._group = group
         self.settlements = SettlementBuffer(dispatcher.finish_many)
         self.loop_settlements = LoopSettlement(dispatcher.finish_many)
 
@@ -89,12 +87,14 @@ class RecordExecutor:
         try:
             self._handler(record)
         except BaseException as exc:
-            if record.output is not None:
-                record.output.seal()
+            output = output_of(record)
+            if output is not None:
+                output.seal()
             self.failed(state, entry, exc)
             return
-        if record.output is not None:
-            state.outputs.stage_attempt(entry.offset, record.output)
+        output = output_of(record)
+        if output is not None:
+            state.outputs.stage_attempt(entry.offset, output)
         self.settlements.add(state, entry, time.perf_counter() - started)
 
     async def run_async(self, work: Work) -> None:
@@ -108,12 +108,14 @@ class RecordExecutor:
         try:
             await self._handler(record)
         except BaseException as exc:
-            if record.output is not None:
-                record.output.seal()
+            output = output_of(record)
+            if output is not None:
+                output.seal()
             self.failed(state, entry, exc)
             return
-        if record.output is not None:
-            state.outputs.stage_attempt(entry.offset, record.output)
+        output = output_of(record)
+        if output is not None:
+            state.outputs.stage_attempt(entry.offset, output)
         self.loop_settlements.add(state, entry, time.perf_counter() - started)
 
     # -- steps ---------------------------------------------------------------------------------
@@ -244,27 +246,23 @@ class RecordExecutor:
         reason: str,
         then: Callable[[PartitionState, Entry[Any]], None],
     ) -> None:
+        failure = Failure(
+            entry.attempt,
+            exc,
+            reason,
+            _bounded_traceback(exc),
+            entry.first_failure or time.time(),
+        )
         if self._exactly_once:
-            msg = entry.payload
-            headers = provenance_headers(
-                msg, self._group, entry.attempt, exc, reason, _bounded_traceback(exc),
-                entry.first_failure or time.time(), self._options.redact,
-            )  # fmt: skip
             # The dead letter is an output of its record, and the record goes on (finished,
             # parked, blocked) at once: the letter is durable exactly when the record is
             # committed, in the same transaction.
-            topic = self._options.dlq_topic_for(state.topic)
-            letter = OutputMessage(topic, msg.key(), msg.value(), headers, msg.partition())
-            state.outputs.stage(entry.offset, [letter])
+            state.outputs.stage(entry.offset, [self._dlq.letter(entry.payload, failure)])
             then(state, entry)
             return
         self._dlq.send(
             entry.payload,
-            attempts=entry.attempt,
-            error=exc,
-            reason=reason,
-            traceback_text=_bounded_traceback(exc),
-            first_failure=entry.first_failure or time.time(),
+            failure,
             still_wanted=lambda: state.phase is not PartitionPhase.GONE,
             on_acked=lambda: then(state, entry),
             on_abandoned=lambda: self._dispatcher.abandon(state, entry),

@@ -30,9 +30,13 @@ instead of adding to a list that is committed or not depending on timing.
 from __future__ import annotations
 
 import time
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 from keyshared.errors import OutputError
+from keyshared.record import OutputHeaders
+
+if TYPE_CHECKING:
+    from keyshared.record import Record
 
 __all__ = [
     "Output",
@@ -41,9 +45,10 @@ __all__ = [
     "PartitionOutputs",
     "held_bytes",
     "message_bytes",
+    "output_of",
 ]
 
-Headers = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
+Headers = OutputHeaders
 
 
 class OutputMessage(NamedTuple):
@@ -213,3 +218,9 @@ class PartitionOutputs:
         self.ready.clear()
         self.ready_bytes = 0
         self.since = self.taken_since = None
+
+
+def output_of(record: Record) -> Output | None:
+    """The :class:`Output` the executor put in ``record.output`` (the handler sees it only
+    as a :class:`keyshared.record.RecordOutput`): the runtime seals and stages what it made."""
+    return cast("Output | None", record.output)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from keyshared.record import Record
+from keyshared.runtime.outputs import output_of
 
 if TYPE_CHECKING:
     from keyshared.runtime.dispatcher import Work
@@ -84,7 +85,7 @@ class PullQueue:
             rid = (record.topic, record.partition, record.offset)
             token = next(self._tokens)
             with self._lock:
-                self._outstanding[rid] = (work, token, time.perf_counter(), record.output)
+                self._outstanding[rid] = (work, token, time.perf_counter(), output_of(record))
             self._call_later(self._ack_timeout, functools.partial(self._expire, rid, token))
             return record
 
@@ -107,8 +108,9 @@ class PullQueue:
             return False
         (state, entry), started = taken
         assert self.executor is not None
-        if record.output is not None:  # exactly-once; sealed by _take, staged as a copy
-            state.outputs.stage_attempt(entry.offset, record.output)
+        output = output_of(record)
+        if output is not None:  # exactly-once; sealed by _take, staged as a copy
+            state.outputs.stage_attempt(entry.offset, output)
         self.executor.succeeded(state, entry, time.perf_counter() - started)
         return True
 

@@ -26,12 +26,18 @@ def test_a_member_that_stopped_being_live_after_the_check_does_not_start_the_han
         live[0] = False  # SIGSTOP lands here; on SIGCONT the session is gone
         return data
 
-    b = Bench(key_deserializer=stalls_here)
+    b = Bench()
     b.dispatcher.set_liveness(lambda: live[0])
     b.admit([(0, b"a")])
     started: list[Any] = []
     executor = RecordExecutor(
-        b.options, started.append, b.dispatcher, lambda _s, _f: None, mock.Mock(), None
+        b.options,
+        started.append,
+        b.dispatcher,
+        lambda _s, _f: None,
+        mock.Mock(),
+        None,
+        decode_key=lambda data, _msg: stalls_here(data),
     )
     executor.run((b.state, b.take(0)))
     assert started == [], "the handler started although the member was no longer live"

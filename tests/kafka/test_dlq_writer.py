@@ -19,6 +19,7 @@ from keyshared.dev.topics import TopicFactory, create_topic, delete_topics, uniq
 from keyshared.kafka.dlq import DeadLetterWriter, DlqHeader
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.scheduler import Scheduler
+from keyshared.runtime.sinks import Failure
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
@@ -129,13 +130,14 @@ def make_writer(
 
 
 def send(writer: DeadLetterWriter, msg: Any, acks: Acks, **overrides: Any) -> None:
-    arguments: dict[str, Any] = {
+    facts: dict[str, Any] = {
         "attempts": 3, "error": ValueError("bad record"), "reason": "exhausted",
         "traceback_text": "Traceback: ...", "first_failure": time.time(),
-        "still_wanted": lambda: True, "on_acked": acks.callback(msg),
     }  # fmt: skip
-    arguments.update(overrides)
-    writer.send(msg, **arguments)
+    callbacks: dict[str, Any] = {"still_wanted": lambda: True, "on_acked": acks.callback(msg)}
+    for name, value in overrides.items():
+        (facts if name in facts else callbacks)[name] = value
+    writer.send(msg, Failure(**facts), **callbacks)
 
 
 # -- tests -----------------------------------------------------------------------------------

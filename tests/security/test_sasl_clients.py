@@ -27,6 +27,7 @@ from keyshared.kafka.dlq import DeadLetterWriter
 from keyshared.kafka.keystate import KeyStateError, KeyStateStore
 from keyshared.metrics import ConsumerMetrics
 from keyshared.ops.admin import GroupReader, OpsError
+from keyshared.runtime.sinks import Failure
 from tests.kafka.support.inprocess import Recorder, running
 from tests.kafka.support.journal import REPO_ROOT, keyshared_command, wait_for
 from tests.security.conftest import SaslBroker
@@ -196,9 +197,8 @@ def test_dlq_producer_without_credentials_reports_and_never_acks(
                               lambda t: f"{t}.dlq", ConsumerMetrics("g", unique_name("m")),
                               _call_later)  # fmt: skip
     try:
-        writer.send(_Message("orders"), attempts=1, error=ValueError("x"), reason="exhausted",
-                    traceback_text="", first_failure=0.0, still_wanted=lambda: True,
-                    on_acked=acked.set)  # fmt: skip
+        writer.send(_Message("orders"), Failure(1, ValueError("x"), "exhausted", "", 0.0),
+                    still_wanted=lambda: True, on_acked=acked.set)  # fmt: skip
         wait_for(lambda: any("dead letter of orders[0]@0" in r.getMessage()
                              for r in caplog.records), 20, "the failure report")  # fmt: skip
     finally:
