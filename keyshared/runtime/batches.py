@@ -114,8 +114,8 @@ class BatchExecutor:
             successes = [(state, entry, share) for state, entry in ready]
         if records[0].output is not None:  # exactly-once (every record has one, or none)
             for index, (state, entry) in enumerate(ready):  # the outputs of successes
-                output = output_of(records[index])
-                if output is not None:
+                if records[index].output is not None:
+                    output = output_of(records[index])
                     if index in failures:
                         output.seal()
                     else:

@@ -87,14 +87,12 @@ class RecordExecutor:
         try:
             self._handler(record)
         except BaseException as exc:
-            output = output_of(record)
-            if output is not None:
-                output.seal()
+            if record.output is not None:
+                output_of(record).seal()
             self.failed(state, entry, exc)
             return
-        output = output_of(record)
-        if output is not None:
-            state.outputs.stage_attempt(entry.offset, output)
+        if record.output is not None:  # exactly-once only: no call per record otherwise
+            state.outputs.stage_attempt(entry.offset, output_of(record))
         self.settlements.add(state, entry, time.perf_counter() - started)
 
     async def run_async(self, work: Work) -> None:
@@ -108,14 +106,12 @@ class RecordExecutor:
         try:
             await self._handler(record)
         except BaseException as exc:
-            output = output_of(record)
-            if output is not None:
-                output.seal()
+            if record.output is not None:
+                output_of(record).seal()
             self.failed(state, entry, exc)
             return
-        output = output_of(record)
-        if output is not None:
-            state.outputs.stage_attempt(entry.offset, output)
+        if record.output is not None:  # exactly-once only: no call per record otherwise
+            state.outputs.stage_attempt(entry.offset, output_of(record))
         self.loop_settlements.add(state, entry, time.perf_counter() - started)
 
     # -- steps ---------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ instead of adding to a list that is committed or not depending on timing.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from keyshared.errors import OutputError
 from keyshared.record import OutputHeaders
@@ -220,7 +220,8 @@ class PartitionOutputs:
         self.since = self.taken_since = None
 
 
-def output_of(record: Record) -> Output | None:
+def output_of(record: Record) -> Output:
     """The :class:`Output` the executor put in ``record.output`` (the handler sees it only
-    as a :class:`keyshared.record.RecordOutput`): the runtime seals and stages what it made."""
-    return cast("Output | None", record.output)
+    as a :class:`keyshared.record.RecordOutput`): the runtime seals and stages what it made.
+    Callers check ``record.output is not None`` first."""
+    return record.output  # type: ignore[return-value]

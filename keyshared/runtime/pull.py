@@ -85,7 +85,8 @@ class PullQueue:
             rid = (record.topic, record.partition, record.offset)
             token = next(self._tokens)
             with self._lock:
-                self._outstanding[rid] = (work, token, time.perf_counter(), output_of(record))
+                output = None if record.output is None else output_of(record)
+                self._outstanding[rid] = (work, token, time.perf_counter(), output)
             self._call_later(self._ack_timeout, functools.partial(self._expire, rid, token))
             return record
 
@@ -108,9 +109,8 @@ class PullQueue:
             return False
         (state, entry), started = taken
         assert self.executor is not None
-        output = output_of(record)
-        if output is not None:  # exactly-once; sealed by _take, staged as a copy
-            state.outputs.stage_attempt(entry.offset, output)
+        if record.output is not None:  # exactly-once; sealed by _take, staged as a copy
+            state.outputs.stage_attempt(entry.offset, output_of(record))
         self.executor.succeeded(state, entry, time.perf_counter() - started)
         return True
 
