@@ -49,6 +49,7 @@ _BUILTIN = (
     "scaleout",
     "replay",
     "eos",
+    "sweep",
 )
 
 

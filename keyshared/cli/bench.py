@@ -155,6 +155,7 @@ def bench(
         pyrallel,
         pyrallel_python,
         shapes=shapes,
+        out=out,
         console=err,
     )
     out.mkdir(parents=True, exist_ok=True)
