@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+from keyshared.bench import bounds
 from keyshared.bench.contenders import BenchError, run_keyshared
 from keyshared.bench.context import BenchContext
 from keyshared.bench.peers import parallel_consumer as pc
@@ -156,7 +157,17 @@ def _race(
     nested = result.shape(
         point.name,
         f"{point.keys:,} keys, 8 partitions, handler {point.latency_ms:g} ms",
-        {"keys": point.keys, "handler_ms": point.latency_ms, "threads": threads, "records": sizes},
+        {
+            "keys": point.keys,
+            "handler_ms": point.latency_ms,
+            "threads": threads,
+            "records": sizes,
+            # Threads take keys by hash (the ring): the busiest thread's share of the keys,
+            # against the mean, is what a full window waits on (async mode schedules per key).
+            "ring_balance": round(
+                bounds.ring_balance(uniform_keys(point.keys, point.keys), threads), 3
+            ),
+        },
     )
     hs, tag = point.handler_s, f"sweep {point.name}"
     rates: dict[str, float | None] = {}
