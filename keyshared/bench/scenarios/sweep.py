@@ -57,7 +57,11 @@ PADDING = 0.05  # records beyond the largest run, so no run's last fetch comes u
 SHARE_GOAL = 0.9  # keyshared within 0.9 of the share consumer, per the issue
 
 
-@register("sweep", "8 partitions, 1k/10k keys x 0/1/10/100 ms: keyshared vs ordered peers + share")
+@register(
+    "sweep",
+    "8 partitions, 1k/10k keys x 0/1/10/100 ms: keyshared vs ordered peers + share",
+    in_full_run=False,
+)
 def run_sweep(ctx: BenchContext) -> ScenarioResult:
     latencies = LATENCIES_MS if ctx.handler_ms is None else (ctx.handler_ms,)
     plan = sweep_plan(ctx.quick, latencies)
