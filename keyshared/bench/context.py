@@ -8,6 +8,7 @@ deleted afterwards (best effort) so repeated runs do not fill the broker.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from confluent_kafka.admin import AdminClient
@@ -37,6 +38,8 @@ class BenchContext:
     :param pyrallel_python: interpreter with pyrallel-consumer (None: the venv that
         ``keyshared bench --install-peers`` makes in the peers cache).
     :param shapes: workload shapes of the ``io`` scenarios (None: all of them).
+    :param out: the results folder, for a scenario that writes its own files beside
+        ``results.json`` (the sweep's table and chart); None: it writes none.
     """
 
     bootstrap: str
@@ -50,6 +53,7 @@ class BenchContext:
     pyrallel: bool = True
     pyrallel_python: str | None = None
     shapes: tuple[Shape, ...] | None = None
+    out: Path | None = None
     console: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
     _topics: list[str] = field(default_factory=list)
     _admin: AdminClient | None = None

@@ -28,9 +28,13 @@ ScenarioFn = Callable[["BenchContext"], "ScenarioResult"]
 
 @dataclass(frozen=True)
 class Scenario:
+    """A registered scenario; ``in_full_run``: part of ``keyshared bench`` with no scenario
+    named (False: it runs only when named, being too long for the full run and its CI smoke)."""
+
     name: str
     summary: str
     run: ScenarioFn
+    in_full_run: bool = True
 
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -49,16 +53,20 @@ _BUILTIN = (
     "scaleout",
     "replay",
     "eos",
+    "sweep",  # only when named (in_full_run=False): many minutes even at --quick
 )
 
 
-def register(name: str, summary: str) -> Callable[[ScenarioFn], ScenarioFn]:
-    """Class the decorated function as scenario ``name``; a second registration is an error."""
+def register(
+    name: str, summary: str, *, in_full_run: bool = True
+) -> Callable[[ScenarioFn], ScenarioFn]:
+    """Class the decorated function as scenario ``name``; a second registration is an error.
+    ``in_full_run=False``: the scenario runs only when named on the command line."""
 
     def decorate(fn: ScenarioFn) -> ScenarioFn:
         if name in SCENARIOS:
             raise ValueError(f"benchmark scenario {name!r} is registered twice")
-        SCENARIOS[name] = Scenario(name, summary, fn)
+        SCENARIOS[name] = Scenario(name, summary, fn, in_full_run)
         return fn
 
     return decorate

@@ -70,12 +70,13 @@ def _parse_shapes(ctx: click.Context, param: click.Parameter, value: str) -> tup
 @click.option(
     "--parallel-consumer/--no-parallel-consumer",
     default=True,
-    help="Race Confluent Parallel Consumer (Java) in io and noop, when installed.",
+    help="Race Confluent Parallel Consumer (Java) in io, noop and sweep, when installed.",
 )
 @click.option(
     "--pyrallel/--no-pyrallel",
     default=True,
-    help="Race pyrallel-consumer (async and process modes) in io and noop, when installed.",
+    help="Race pyrallel-consumer (async and process modes) in io and noop, async in sweep, "
+    "when installed.",
 )
 @click.option(
     "--install-peers",
@@ -109,13 +110,14 @@ def bench(
     guard: bool,
     list_only: bool,
 ) -> None:
-    """Run benchmark scenarios (all by default); every figure is compared with baselines
+    """Run benchmark scenarios (all but sweep by default); every figure is compared with baselines
     measured in the same run, because absolute rates on a shared machine mean little.
 
     \b
     keyshared bench --list          what each scenario measures
     keyshared bench io              one scenario, full size
     keyshared bench io --shapes 8,zipf   io on two of its workload shapes
+    keyshared bench sweep           records/s vs handler latency, keyshared vs its peers
     keyshared bench --quick         every scenario, smoke size
     keyshared bench --install-peers the peers io and noop race keyshared against
     keyshared bench --guard         the CI regression guard (ratios, exit 1 below a floor)
@@ -127,7 +129,8 @@ def bench(
         return
     if list_only:
         for scenario in registry.values():
-            console.print(f"[bold]{scenario.name:<10}[/] {scenario.summary}")
+            only = "" if scenario.in_full_run else " (only when named)"
+            console.print(f"[bold]{scenario.name:<10}[/] {scenario.summary}{only}")
         return
     unknown = [name for name in scenarios if name not in registry]
     if unknown:
@@ -137,7 +140,7 @@ def bench(
         )
     if guard and scenarios:
         raise click.UsageError("--guard runs its own small io and noop checks; name no scenario")
-    chosen = list(scenarios) or list(registry)
+    chosen = list(scenarios) or [n for n, s in registry.items() if s.in_full_run]
     err = Console(stderr=True, highlight=False)
     try:
         where = choose_cluster(bootstrap_servers, zookeeper, err)
@@ -155,6 +158,7 @@ def bench(
         pyrallel,
         pyrallel_python,
         shapes=shapes,
+        out=out,
         console=err,
     )
     out.mkdir(parents=True, exist_ok=True)
