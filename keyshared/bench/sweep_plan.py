@@ -33,6 +33,7 @@ __all__ = [
     "PARALLEL_CONSUMER",
     "PARTITIONS",
     "PYRALLEL",
+    "PYTHON_POOL",
     "SHARE_CONSUMER",
     "THREADS",
     "Plan",
@@ -59,6 +60,10 @@ KEYSHARED_ASYNC = "keyshared_async"
 PARALLEL_CONSUMER = "parallel_consumer"
 PYRALLEL = "pyrallel_async"
 SHARE_CONSUMER = "share_consumer"
+# A bare Python thread pool at keyshared's thread count: no order, no safe commit. Not a peer:
+# the ceiling a sync handler meets in CPython on this machine, so a gap to a JVM peer can be
+# told apart from keyshared's own cost (keyshared threads over this is that cost).
+PYTHON_POOL = "python_thread_pool"
 
 ORDERED = frozenset({KEYSHARED_THREADS, KEYSHARED_ASYNC, PARALLEL_CONSUMER, PYRALLEL})
 
@@ -70,6 +75,7 @@ CEILINGS = {
     PARALLEL_CONSUMER: 30_000.0,
     PYRALLEL: 2_500.0,
     SHARE_CONSUMER: 40_000.0,
+    PYTHON_POOL: 60_000.0,
 }
 MIN_RECORDS = 1_000  # fewer and the steady window is a handful of marks
 MAX_RECORDS = 600_000

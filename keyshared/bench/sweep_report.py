@@ -30,6 +30,7 @@ from keyshared.bench.sweep_plan import (
     KEYSHARED_THREADS,
     PARALLEL_CONSUMER,
     PYRALLEL,
+    PYTHON_POOL,
     SHARE_CONSUMER,
     Point,
 )
@@ -43,6 +44,7 @@ COLUMNS = (
     (PARALLEL_CONSUMER, "Parallel Consumer (KEY)"),
     (PYRALLEL, "pyrallel async"),
     (SHARE_CONSUMER, "share consumer (unordered)"),
+    (PYTHON_POOL, "Python thread pool (unordered)"),
 )
 KEYSHARED = (KEYSHARED_THREADS, KEYSHARED_ASYNC)
 ORDERED_PEERS = (PARALLEL_CONSUMER, PYRALLEL)
@@ -75,6 +77,14 @@ class SweepRow:
         share = self.rates.get(SHARE_CONSUMER)
         return _ratio(self.keyshared(), None if share is None else (SHARE_CONSUMER, share))
 
+    def ratio_threads_vs_python_pool(self) -> float | None:
+        """keyshared's threads over a bare Python pool of the same threads: keyshared's own
+        cost where CPython, not the order, sets the pace."""
+        threads, pool = self.rates.get(KEYSHARED_THREADS), self.rates.get(PYTHON_POOL)
+        if threads is None or pool is None:
+            return None
+        return _ratio((KEYSHARED_THREADS, threads), (PYTHON_POOL, pool))
+
 
 def _ratio(top: tuple[str, float] | None, bottom: tuple[str, float] | None) -> float | None:
     if top is None or bottom is None or bottom[1] <= 0:
@@ -96,14 +106,22 @@ def _times(value: float | None) -> str:
 
 def markdown_table(rows: Sequence[SweepRow]) -> str:
     """One markdown table: a row per point, each contender's steady-state records/s with its
-    concurrency in brackets, then the two ratios."""
+    concurrency in brackets, then the three ratios."""
     headings = ["keys", "L (ms)", *(title for _, title in COLUMNS)]
-    headings += ["keyshared / best ordered peer", "keyshared / share consumer"]
+    headings += [
+        "keyshared / best ordered peer",
+        "keyshared / share consumer",
+        "keyshared threads / Python pool",
+    ]
     lines = ["| " + " | ".join(headings) + " |", "|" + "---|" * len(headings)]
     for row in rows:
         cells = [f"{row.point.keys:,}", f"{row.point.latency_ms:g}"]
         cells += [_rate(row, contender) for contender, _ in COLUMNS]
-        cells += [_times(row.ratio_vs_best_ordered_peer()), _times(row.ratio_vs_share_consumer())]
+        cells += [
+            _times(row.ratio_vs_best_ordered_peer()),
+            _times(row.ratio_vs_share_consumer()),
+            _times(row.ratio_threads_vs_python_pool()),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -151,4 +169,6 @@ def _style(contender: str) -> dict[str, Any]:
         return {"linestyle": "-", "linewidth": 2.0}
     if contender == SHARE_CONSUMER:
         return {"linestyle": ":", "color": "grey"}
+    if contender == PYTHON_POOL:
+        return {"linestyle": ":", "color": "black"}
     return {"linestyle": "--"}

@@ -130,6 +130,15 @@ def test_ratios_skip_missing_contenders_and_are_none_without_a_baseline() -> Non
     assert _row(keyshared_threads=1.0, share_consumer=0.0).ratio_vs_share_consumer() is None
 
 
+def test_the_python_pool_is_a_reference_not_a_peer() -> None:
+    """keyshared's threads over a bare pool of the same threads is its own cost; the pool never
+    counts as an ordered peer (it keeps no order)."""
+    row = _row(keyshared_threads=12_000.0, python_thread_pool=15_000.0, parallel_consumer=30_000.0)
+    assert row.ratio_threads_vs_python_pool() == pytest.approx(0.8)
+    assert row.ratio_vs_best_ordered_peer() == pytest.approx(0.4)
+    assert _row(keyshared_async=1.0, python_thread_pool=2.0).ratio_threads_vs_python_pool() is None
+
+
 def test_markdown_table_has_a_row_per_point_with_concurrency_and_ratios() -> None:
     rows = [
         SweepRow(
@@ -142,7 +151,7 @@ def test_markdown_table_has_a_row_per_point_with_concurrency_and_ratios() -> Non
     lines = markdown_table(rows).splitlines()
     assert len(lines) == 4
     assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
-    assert lines[2] == "| 1,000 | 0 | 50,000 (16) | - | 25,000 (1000) | - | - | 2.00x | - |"
+    assert lines[2] == "| 1,000 | 0 | 50,000 (16) | - | 25,000 (1000) | - | - | - | 2.00x | - | - |"
     assert lines[3].startswith("| 10,000 | 100 | - | 9,500 (1000) |")
 
 

@@ -9,7 +9,10 @@ same topic, in steady state (middle 90 % of completions):
   (``maxConcurrency``), its better run reported;
 - pyrallel-consumer, async mode, 1,000 in flight, ``key_hash`` order;
 - a share-group consumer (confluent-kafka's ``ShareConsumer``, KIP-932), unordered: what Kafka
-  itself offers for more parallelism than partitions, with the keyshared thread count.
+  itself offers for more parallelism than partitions, with the keyshared thread count;
+- a bare Python thread pool with the keyshared thread count, unordered, no safe commit: not a
+  peer but CPython's own ceiling for a sync handler here, so that a gap to a JVM peer shows
+  whether keyshared or the interpreter sets it.
 
 The handler: nothing (threads, share consumer) or ``await asyncio.sleep(0)`` (async) at 0 ms,
 ``time.sleep(L)`` / ``await asyncio.sleep(L)`` above. Each run reads as many records as keep
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from functools import partial
 
 from keyshared.bench import bounds
-from keyshared.bench.contenders import BenchError, run_keyshared
+from keyshared.bench.contenders import BenchError, run_keyshared, run_thread_pool
 from keyshared.bench.context import BenchContext
 from keyshared.bench.peers import parallel_consumer as pc
 from keyshared.bench.peers import pyrallel
@@ -42,6 +45,7 @@ from keyshared.bench.sweep_plan import (
     PARALLEL_CONSUMER,
     PARTITIONS,
     PYRALLEL,
+    PYTHON_POOL,
     SHARE_CONSUMER,
     Point,
     pc_concurrencies,
@@ -121,6 +125,7 @@ def _runs(point: Point, seconds: float, peers: _Peers, threads: int) -> dict[str
         KEYSHARED_THREADS: records_for(KEYSHARED_THREADS, threads, keys, hs, seconds),
         KEYSHARED_ASYNC: records_for(KEYSHARED_ASYNC, ASYNC_CONCURRENCY, keys, hs, seconds),
         SHARE_CONSUMER: records_for(SHARE_CONSUMER, threads, keys, hs, seconds),
+        PYTHON_POOL: records_for(PYTHON_POOL, threads, keys, hs, seconds),
     }
     if peers.pc is not None:
         sizes[PARALLEL_CONSUMER] = max(
@@ -255,6 +260,14 @@ def _race(
             ctx.bootstrap, topic, group("share"), sizes[SHARE_CONSUMER], hs, threads
         ),
     )
+    run(
+        PYTHON_POOL,
+        f"Python thread pool, {threads} threads, unordered (CPython's ceiling)",
+        threads,
+        lambda: run_thread_pool(
+            ctx.bootstrap, topic, group("pool"), sizes[PYTHON_POOL], hs, threads
+        ),
+    )
     row = SweepRow(point, rates, concurrency)
     _ratios(nested, row)
     return row
@@ -288,6 +301,9 @@ def _ratios(nested: ScenarioResult, row: SweepRow) -> None:
     if share is not None:
         nested.ratio(steady_name("keyshared_vs_share_consumer"), share, 1.0)
         nested.goal("keyshared_vs_share_consumer", share, SHARE_GOAL, at_least=True, unit="x")
+    pool = row.ratio_threads_vs_python_pool()
+    if pool is not None:
+        nested.ratio(steady_name("keyshared_threads_vs_python_pool"), pool, 1.0)
     best, fastest = row.keyshared(), row.best_ordered_peer()
     if best is not None and fastest is not None:
         nested.notes.append(
@@ -300,6 +316,7 @@ def _summarise(result: ScenarioResult, rows: list[SweepRow]) -> None:
     for name, pick in (
         ("keyshared_vs_best_ordered_peer", SweepRow.ratio_vs_best_ordered_peer),
         ("keyshared_vs_share_consumer", SweepRow.ratio_vs_share_consumer),
+        ("keyshared_threads_vs_python_pool", SweepRow.ratio_threads_vs_python_pool),
     ):
         values = [(row.point.name, value) for row in rows if (value := pick(row)) is not None]
         if not values:
