@@ -15,6 +15,8 @@ from typing import Any
 
 __all__ = ["observe_many"]
 
+_FEW = 8  # at most this many values: a plain loop is cheaper than the Counter (2.3 vs 5 us at 1)
+
 
 def observe_many(histogram: Any, values: list[float]) -> None:
     """Same effect as ``histogram.observe(v)`` for every ``v``, in far fewer locked steps.
@@ -31,7 +33,14 @@ def observe_many(histogram: Any, values: list[float]) -> None:
         for value in values:
             histogram.observe(value)
         return
-    # Counted in C (Counter over a map): no interpreted step per value, one per occupied bucket.
-    for index, count in Counter(map(partial(bisect_left, bounds), values)).items():
-        buckets[index].inc(count)
+    if len(values) <= _FEW:
+        # A handful (slow handlers settle one or two at a time): building the Counter costs
+        # more than it saves.
+        for value in values:
+            buckets[bisect_left(bounds, value)].inc(1)
+    else:
+        # Counted in C (Counter over a map): no interpreted step per value, one per occupied
+        # bucket.
+        for index, count in Counter(map(partial(bisect_left, bounds), values)).items():
+            buckets[index].inc(count)
     total.inc(sum(values))
