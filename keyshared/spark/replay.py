@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from keyshared.spark.errors import BrokerUnreachableError, SparkJobError
 from keyshared.spark.faults import maybe_fail
-from keyshared.spark.headers import decode_provenance
+from keyshared.spark.headers import PROVENANCE_PREFIX, decode_provenance
 from keyshared.spark.source import (
     DEFAULT_TIMEOUT_S,
     Position,
@@ -51,7 +51,7 @@ RESULT_SCHEMA = (
     "source_partition int, source_offset long, target_topic string, target_partition int, "
     "target_offset long, task int, attempt int, outcome string"
 )
-_WRITE_COLUMNS = ("dlq_topic", "dlq_partition", "dlq_offset", "key", "value", "user_headers",
+_WRITE_COLUMNS = ("dlq_topic", "dlq_partition", "dlq_offset", "key", "value", "headers",
                   "source_topic", "source_partition", "source_offset", "target_topic",
                   "target_partition")  # fmt: skip
 
@@ -220,7 +220,9 @@ def _write_task(
         offsets: list[int | None] = [None] * len(rows)
         if not skip:
             for i, row in enumerate(rows):
-                headers: Headers = [(h["key"], h["value"]) for h in row["user_headers"] or ()]
+                # the user's headers, filtered here rather than by a Spark lambda (see headers.py)
+                headers: Headers = [(h["key"], h["value"]) for h in row["headers"] or ()
+                                    if not h["key"].startswith(PROVENANCE_PREFIX)]  # fmt: skip
                 headers += [
                     ("keyshared.replay.time", time_header),
                     ("keyshared.replay.dlq", (f"{row['dlq_topic']}/{row['dlq_partition']}/"
