@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from itertools import islice
 from typing import Generic, TypeVar
 
 from keyshared.core.entry import CursorBlocker, Entry, WindowDrain
@@ -374,39 +373,6 @@ class InFlightWindow(Generic[P]):
         if self._gaps:
             holes = sorted(holes + self._gaps)
         return OffsetRuns.between(cursor + 1, end, holes) | ahead
-
-    def nearest_finished(self, max_holes: int) -> tuple[OffsetRuns, int]:
-        """The finished offsets above the cursor up to its ``max_holes``-th unfinished record,
-        and how many finished offsets lie beyond that (left out of the runs).
-
-        For a commit that can name only the runs nearest the cursor anyway (the at-least-once
-        metadata holds ~4,000 bytes: under 1,600 runs uncompressed): a window of 10,000
-        unfinished records per partition made :meth:`finished_above_cursor` walk every entry
-        at every commit, holding the dispatcher's lock. Here the walk stops after
-        ``max_holes`` unfinished records; the runs are a subset of the finished ones (true to
-        name), exactly those below the last unfinished record kept. Below ``max_holes``
-        unfinished records (or while a record is handed back) it is the whole set, and 0.
-        """
-        if self._unfinished <= max_holes or self._ceiling is not None:
-            return self.finished_above_cursor(), 0
-        cursor = self._cursor
-        end = self._end
-        holes = list(
-            islice(((e.offset, e.offset + 1) for e in self._pending if not e.done), max_holes)
-        )
-        stop = holes[-1][0]  # runs end below the last unfinished record kept
-        gaps = self._gaps
-        beyond_gaps = 0
-        if gaps:
-            holes = sorted(holes + gaps)
-            beyond_gaps = sum(max(0, min(hi, end) - max(lo, stop)) for lo, hi in gaps)
-        carried = self._done_before_runs
-        ahead = len(carried.from_floor(max(end, cursor + 1))) if carried else 0
-        # [stop, end) holds the last kept unfinished record and every later one, the gaps
-        # there, and finished offsets: the rest.
-        unfinished_beyond = self._unfinished - (max_holes - 1)
-        beyond = (end - stop) - unfinished_beyond - beyond_gaps + ahead
-        return OffsetRuns.between(cursor + 1, stop, holes), beyond
 
     @property
     def size(self) -> int:

@@ -78,27 +78,24 @@ class Committer:
         """The commits to send; with ``taken``, the outputs of exactly the records the
         snapshot sees finished are added to it (the exactly-once committer)."""
         offsets = []
-        snapshot, outputs = self._dispatcher.commit_snapshot(
-            states, taken is not None, self._max_holes
-        )
+        snapshot, outputs = self._dispatcher.commit_snapshot(states, taken is not None)
         if taken is not None:
             taken.extend(outputs)
         now = time.monotonic()
-        for state, cursor, finished, beyond in snapshot:
+        for state, cursor, finished in snapshot:
             metadata = ""
             if finished:
                 encoded = self._encode(state, cursor, finished)
-                left_out = encoded.left_out + beyond
-                self._metrics.metadata(len(encoded.text), bool(left_out), left_out)
-                if left_out and not state.metadata_overflow_logged:
+                self._metrics.metadata(len(encoded.text), bool(encoded.left_out), encoded.left_out)
+                if encoded.left_out and not state.metadata_overflow_logged:
                     state.metadata_overflow_logged = True  # once per partition assignment
                     log.warning(
                         "%s: %d of %d finished offsets above %d (in %d runs) do not fit the "
                         "commit metadata (%d bytes); %s "
                         "(keyshared_commit_metadata_left_out_offsets)",
                         state,
-                        left_out,
-                        len(finished) + beyond,
+                        encoded.left_out,
+                        len(finished),
                         cursor,
                         finished.run_count,
                         self._max_metadata_bytes,
@@ -114,11 +111,6 @@ class Committer:
         return offsets
 
     _left_out_means = "the ones farthest from the cursor would be redone after a crash"
-    # A commit reads a deep window's finished offsets only this far (its 2,048th unfinished
-    # record): ~4,000 bytes of metadata name fewer runs than that holds, and the walk past it
-    # cost a tenth of the poll thread's time, under the dispatcher's lock, at 10,000
-    # unfinished records a partition. The offsets beyond are counted as left out.
-    _max_holes: int | None = 2_048
 
     def _encode(self, state: PartitionState, cursor: int, finished: OffsetRuns) -> Encoded:
         """The metadata of one commit: the finished runs nearest the cursor that fit.

@@ -229,7 +229,6 @@ class TransactionalCommitter(Committer):
         self.transactions = 0  # committed transactions (tests and logs)
 
     _left_out_means = "their outputs wait until a commit can name them or the cursor passes them"
-    _max_holes = None  # the monotone rule keeps every named offset: it reads the whole set
 
     def _encode(self, state: PartitionState, cursor: int, finished: OffsetRuns) -> Encoded:
         """Never un-name an offset the partition's last committed metadata named: its

@@ -8,7 +8,7 @@ only way between the two, so the dispatcher's lock never leaves the dispatcher.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from keyshared.core.filters import KeyFilter
 from keyshared.core.runs import OffsetRuns
@@ -16,20 +16,10 @@ from keyshared.core.runs import OffsetRuns
 if TYPE_CHECKING:
     from keyshared.runtime.partition import PartitionState
 
-__all__ = ["Accepts", "CommitView", "DispatchControl", "KeyFilterOwnership", "Ownership", "Work"]
+__all__ = ["Accepts", "DispatchControl", "KeyFilterOwnership", "Ownership", "Work"]
 
 Accepts = Callable[[bytes | None, int], bool]  # (raw key, offset) -> run it here?
 Work = tuple["PartitionState", Any]
-
-
-class CommitView(NamedTuple):
-    """One partition as a commit sees it: its safe cursor, the finished offsets above it the
-    commit may name, and how many finished offsets beyond those it did not read (0: all)."""
-
-    state: PartitionState
-    cursor: int
-    finished: OffsetRuns
-    beyond: int
 
 
 class DispatchControl(Protocol):
@@ -53,11 +43,8 @@ class DispatchControl(Protocol):
     ) -> list[tuple[tuple[str, int], int, OffsetRuns, int]]: ...
 
     def commit_snapshot(
-        self,
-        states: Iterable[PartitionState],
-        take_outputs: bool = False,
-        max_holes: int | None = None,
-    ) -> tuple[list[CommitView], list[tuple[PartitionState, Any]]]: ...
+        self, states: Iterable[PartitionState], take_outputs: bool = False
+    ) -> tuple[list[tuple[PartitionState, int, OffsetRuns]], list[tuple[PartitionState, Any]]]: ...
 
     def return_outputs(self, taken: Iterable[tuple[PartitionState, Any]]) -> None: ...
 

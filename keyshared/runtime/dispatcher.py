@@ -46,7 +46,7 @@ from keyshared.core.runs import OffsetRuns
 from keyshared.core.split_keys import SplitKeyDetector
 from keyshared.core.types import TP
 from keyshared.core.window import Entry, InFlightWindow
-from keyshared.runtime.control import Accepts, CommitView, KeyFilterOwnership, Ownership
+from keyshared.runtime.control import Accepts, KeyFilterOwnership, Ownership
 from keyshared.runtime.fenced_keys import FencedKeys
 from keyshared.runtime.partition import Blocked, PartitionPhase, PartitionState
 from keyshared.settings import ConsumerOptions
@@ -663,34 +663,24 @@ class Dispatcher:
         self,
         states: Iterable[PartitionState],
         take_outputs: bool = False,
-        max_holes: int | None = None,
-    ) -> tuple[list[CommitView], list[tuple[PartitionState, Any]]]:
+    ) -> tuple[list[tuple[PartitionState, int, OffsetRuns]], list[tuple[PartitionState, Any]]]:
         """Each committable window's safe cursor and finished offsets above it, and (with
         ``take_outputs``) the exactly-once outputs of exactly the records seen finished, all
         in one step. A partition whose fetch went back is left out: its window is the old
-        log's. With ``max_holes``, a deep window's finished offsets are read only up to its
-        ``max_holes``-th unfinished record (``InFlightWindow.nearest_finished``), and each
-        view says how many finished offsets lie beyond.
+        log's.
 
         Caller: the committers, on the poll thread. Affects: with ``take_outputs``, the
         partitions' ready outputs move to the caller.
         """
         taken: list[tuple[PartitionState, Any]] = []
         with self._lock:
-            if max_holes is None:
-                snapshot = [
-                    CommitView(s, s.window.safe_cursor, s.window.finished_above_cursor(), 0)
-                    for s in states
-                    if s.window is not None and s.rewound_to is None
-                ]
-            else:
-                snapshot = [
-                    CommitView(s, s.window.safe_cursor, *s.window.nearest_finished(max_holes))
-                    for s in states
-                    if s.window is not None and s.rewound_to is None
-                ]
+            snapshot = [
+                (s, s.window.safe_cursor, s.window.finished_above_cursor())
+                for s in states
+                if s.window is not None and s.rewound_to is None
+            ]
             if take_outputs:
-                for state, _cursor, _finished, _beyond in snapshot:
+                for state, _cursor, _finished in snapshot:
                     if state.outputs.ready:
                         taken.append((state, state.outputs.take()))
         return snapshot, taken
