@@ -42,7 +42,13 @@ def describe(state: PartitionState, entry: Entry[Any], redact: Redactor | None =
 
 
 class RecordExecutor:
-    """Runs entries for the dispatcher; one instance serves every worker."""
+    """Runs entries for the dispatcher; one instance serves every worker.
+
+    ``decode_key`` and ``decode_value`` are the deserializers as the Kafka layer wraps them
+    (``keyshared.kafka.deserializers.decoder``, called by the consumer's assembly): the
+    executor never reads ``options.key_deserializer`` itself, so one built by hand without
+    them hands the handler raw bytes.
+    """
 
     def __init__(
         self,
