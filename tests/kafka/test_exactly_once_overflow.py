@@ -39,12 +39,13 @@ BLOCKED = b"S"
 
 
 class Outputs:
-    """The handler: one output per record (its sequence under its key); fails the blocked
-    key's first record when told to; counts successes."""
+    """The handler: one output per record (its sequence under its key, space-padded to
+    ``pad`` bytes); fails the blocked key's first record when told to; counts successes."""
 
-    def __init__(self, out: str, fail_first_blocked: bool) -> None:
+    def __init__(self, out: str, fail_first_blocked: bool, pad: int = 0) -> None:
         self._out = out
         self._fail = fail_first_blocked
+        self._pad = pad
         self._lock = threading.Lock()
         self.done = 0
 
@@ -52,12 +53,27 @@ class Outputs:
         if self._fail and record.raw_key == BLOCKED and int(record.value) == 0:
             raise ValueError("poison: the key blocks here")
         assert record.output is not None  # exactly-once consumers give every record one
-        record.output.produce(self._out, key=record.raw_key, value=record.value)
+        value = record.value.ljust(self._pad)
+        record.output.produce(self._out, key=record.raw_key, value=value)
         with self._lock:
             self.done += 1
 
 
-def _member(bootstrap: str, group: str, source: str, name: str, handler: Outputs) -> Running:
+def blocked_records(count: int, share: float, seed: int) -> list[tuple[bytes | None, int]]:
+    """``count`` + 1 records numbered from 0: the blocked key's first, then ``share`` of them
+    on the blocked key and every other on a key of its own."""
+    rng = random.Random(seed)
+    records: list[tuple[bytes | None, int]] = [(BLOCKED, 0)]
+    for seq in range(1, count + 1):
+        key = BLOCKED if rng.random() < share else b"u%d" % seq
+        records.append((key, seq))
+    return records
+
+
+def member(
+    bootstrap: str, group: str, source: str, name: str, handler: Outputs, **options: Any
+) -> Running:
+    """An exactly-once member that blocks a key at its poison record."""
     return Running(
         KeySharedConsumer(
             {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name},
@@ -69,6 +85,7 @@ def _member(bootstrap: str, group: str, source: str, name: str, handler: Outputs
             commit_interval=0.2,
             retry=RetryPolicy(max_attempts=1),
             drain_timeout=2,
+            **options,
         )
     )
 
@@ -94,11 +111,7 @@ def test_a_handover_after_metadata_overflow_repeats_no_output(
     source = new_topic(partitions=1)
     out = new_topic(partitions=1)
     group = new_group("eos-overflow")
-    rng = random.Random(36)
-    records: list[tuple[bytes | None, int]] = [(BLOCKED, 0)]
-    for seq in range(1, RECORDS + 1):
-        key = BLOCKED if rng.random() < BLOCKED_SHARE else b"u%d" % seq
-        records.append((key, seq))
+    records = blocked_records(RECORDS, BLOCKED_SHARE, seed=36)
     others = sum(1 for key, _ in records if key != BLOCKED)
     # In two parts, so that one commit surely names everything finished in the first part
     # (it fits the metadata whole), before the second part makes the finished set overflow.
@@ -107,7 +120,7 @@ def test_a_handover_after_metadata_overflow_repeats_no_output(
     first_part = sum(1 for key, _ in records[:split] if key != BLOCKED)
 
     first = Outputs(out, fail_first_blocked=True)
-    run = _member(kafka_bootstrap, group, source, "first", first)
+    run = member(kafka_bootstrap, group, source, "first", first)
     labels = {"group": group, "member": "first"}
 
     def names_the_first_part() -> bool:
@@ -127,7 +140,7 @@ def test_a_handover_after_metadata_overflow_repeats_no_output(
     run.stop()
 
     second = Outputs(out, fail_first_blocked=False)
-    run = _member(kafka_bootstrap, group, source, "second", second)
+    run = member(kafka_bootstrap, group, source, "second", second)
     _committed_to_end(kafka_bootstrap, group, source, 90)
     run.stop()
 

@@ -12,13 +12,9 @@ member, after the first stops, writes every output exactly once, in per-key orde
 
 from __future__ import annotations
 
-import random
-import threading
-
 import pytest
 from prometheus_client import REGISTRY
 
-from keyshared import KeySharedConsumer, Record, RetryPolicy
 from keyshared.dev.topics import GroupFactory, TopicFactory
 from keyshared.kafka.commits import Committer
 from tests.kafka.support.inprocess import Running
@@ -28,6 +24,7 @@ from tests.kafka.test_exactly_once import (
     assert_exactly_once,
     read_committed,
 )
+from tests.kafka.test_exactly_once_overflow import Outputs, blocked_records, member
 
 RECORDS = 12_000
 BLOCKED_SHARE = 0.3  # the metadata (1,000 bytes) overflows after ~800 holes: ~2,700 records
@@ -35,43 +32,10 @@ METADATA_BYTES = 1000
 OUTPUT_BYTES = 2048
 BUDGET = 200_000  # about 100 outputs
 POLL_BATCH = 1000  # what one consume() returns at most: fetched before the pause, finished after
-BLOCKED = b"S"
 
 
-class PaddedOutputs:
-    """One output of ``OUTPUT_BYTES`` per record (its sequence, space-padded); fails the
-    blocked key's first record when told to."""
-
-    def __init__(self, out: str, fail_first_blocked: bool) -> None:
-        self._out = out
-        self._fail = fail_first_blocked
-        self._lock = threading.Lock()
-        self.done = 0
-
-    def __call__(self, record: Record) -> None:
-        if self._fail and record.raw_key == BLOCKED and int(record.value) == 0:
-            raise ValueError("poison: the key blocks here")
-        assert record.output is not None
-        record.output.produce(self._out, key=record.raw_key, value=record.value.ljust(OUTPUT_BYTES))
-        with self._lock:
-            self.done += 1
-
-
-def _member(bootstrap: str, group: str, source: str, name: str, handler: PaddedOutputs) -> Running:
-    return Running(
-        KeySharedConsumer(
-            {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name},
-            [source],
-            handler,
-            workers=4,
-            exactly_once=True,
-            poison="block",
-            commit_interval=0.2,
-            retry=RetryPolicy(max_attempts=1),
-            drain_timeout=2,
-            max_held_output_bytes=BUDGET,
-        )
-    )
+def _member(bootstrap: str, group: str, source: str, name: str, handler: Outputs) -> Running:
+    return member(bootstrap, group, source, name, handler, max_held_output_bytes=BUDGET)
 
 
 def _metric(name: str, **labels: str) -> float:
@@ -88,14 +52,10 @@ def test_held_outputs_at_their_budget_pause_fetching_and_lose_nothing(
     source = new_topic(partitions=1)
     out = new_topic(partitions=1)
     group = new_group("eos-held-budget")
-    rng = random.Random(6)
-    records: list[tuple[bytes | None, int]] = [(BLOCKED, 0)]
-    for seq in range(1, RECORDS + 1):
-        key = BLOCKED if rng.random() < BLOCKED_SHARE else b"u%d" % seq
-        records.append((key, seq))
+    records = blocked_records(RECORDS, BLOCKED_SHARE, seed=6)
     produce(kafka_bootstrap, source, records)
 
-    first = PaddedOutputs(out, fail_first_blocked=True)
+    first = Outputs(out, fail_first_blocked=True, pad=OUTPUT_BYTES)
     run = _member(kafka_bootstrap, group, source, "first", first)
     labels = {"group": group, "member": "first"}
     held = "keyshared_held_output_bytes"
@@ -131,7 +91,7 @@ def test_held_outputs_at_their_budget_pause_fetching_and_lose_nothing(
     )
     run.stop()
 
-    second = PaddedOutputs(out, fail_first_blocked=False)
+    second = Outputs(out, fail_first_blocked=False, pad=OUTPUT_BYTES)
     run = _member(kafka_bootstrap, group, source, "second", second)
     _committed_to_end(kafka_bootstrap, group, source, 120)
     run.stop()
