@@ -101,7 +101,13 @@ def _drop_cut_off_starts(
     reaches the broker again; for that moment it dispatches records the group has given to
     another member. That is the documented gap of partition mode without leases (guarantees.md,
     "What is not guaranteed"); partition leases close it, and their runs are judged without
-    this rule. These calls are listed and taken out of the timeline."""
+    this rule. These calls are listed and taken out of the timeline.
+
+    The window ends where :func:`_drop_starts_after_a_loss`'s begins, ``LOG_SLACK_NS`` after
+    the log line: a start journaled within the log's precision of the line (the line has
+    milliseconds) is one of the last before it. Ending at the line itself left a gap that
+    judged such a start alone, its predecessors taken out, as an overtake (a CI run: the
+    start 10 us after the line's millisecond)."""
     outages = sorted(f.t_fault for f in faults if f.kind in BROKER_FAULTS)
     windows = []
     for fence in fences:
@@ -113,7 +119,8 @@ def _drop_cut_off_starts(
     return _drop_starts(
         events,
         lambda e: any(
-            fence.covers(e.pid, e.partition) and lo <= e.t <= fence.t for fence, lo in windows
+            fence.covers(e.pid, e.partition) and lo <= e.t <= fence.t + LOG_SLACK_NS
+            for fence, lo in windows
         ),
         "after a broker outage, before it learned the partition was lost",
     )

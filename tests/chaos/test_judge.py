@@ -346,3 +346,32 @@ def test_a_lost_partition_is_a_new_member_only_from_its_next_assignment() -> Non
     late = [Event("S", KEY, 3, 7, 4, 12, lost + 50 * ms, 1)]  # the loss had taken effect
     _, found = _drop_starts_after_a_loss(late, fences)
     assert len(found) == 1 and "after it logged the partition lost" in found[0]
+
+
+def test_a_cut_off_members_start_within_its_lost_lines_millisecond_is_not_an_overtake() -> None:
+    """A CI run (plain partition mode, KIP-848, broker restart): the member cut off from the
+    broker ran a key's seq 15-26 and started seq 27 10 us after the millisecond of its ``lost``
+    line. The cut-off window ended at the line, the after-loss window begins 3 ms later: seq 27
+    fell between them, was judged alone with 15-26 taken out, and read as 'seq 27 started
+    before seq 26 ever finished'. Both windows now meet at the line's precision."""
+    from tests.chaos.analysis import _drop_cut_off_starts, _drop_starts_after_a_loss
+    from tests.chaos.fences import LOG_SLACK_NS, Fence
+
+    ms = S // 1000
+    outage = Fault("broker_restart", 0.0, t_fault=1 * S, t_recovered=16 * S)
+    lost = 15 * S
+    fence = Fence(7, lost, lost + 1_300 * ms, frozenset({4}), "lost")
+    cut_off = [  # seq 26, then 27 within the line's millisecond
+        Event("S", KEY, 26, 7, 4, 3333, lost - 24 * ms, 1),
+        Event("E", KEY, 26, 7, 4, 3333, lost - 22 * ms, 1),
+        Event("S", KEY, 27, 7, 4, 3369, lost + S // 100_000, 1),
+        Event("E", KEY, 27, 7, 4, 3369, lost + 2 * ms, 1),
+    ]
+    kept, found = _drop_starts_after_a_loss(cut_off, [fence])
+    kept, cut = _drop_cut_off_starts(kept, [fence], [outage])
+    assert found == [] and kept == [] and len(cut) == 2
+
+    late = [Event("S", KEY, 28, 7, 4, 3400, lost + LOG_SLACK_NS + ms, 1)]  # past the precision
+    kept, found = _drop_starts_after_a_loss(late, [fence])
+    _, cut = _drop_cut_off_starts(kept, [fence], [outage])
+    assert len(found) == 1 and cut == []
