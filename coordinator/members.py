@@ -112,7 +112,11 @@ class Membership:
         deadline = time.monotonic() + wait
         while True:
             try:
-                self._client.create(self.path, self.info.to_json(), ephemeral=True)
+                # Retried over a lost connection: a create ZooKeeper applied but whose reply
+                # was lost comes back as NodeExists, of this very session (below).
+                self._client.retry(
+                    self._client.create, self.path, self.info.to_json(), ephemeral=True
+                )
                 break
             except NodeExistsError:
                 gone = threading.Event()

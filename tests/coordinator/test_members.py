@@ -10,6 +10,7 @@ from coordinator.errors import MemberIdInUse
 from coordinator.layout import GroupLayout
 from coordinator.members import MemberInfo, Membership, MembersWatch, read_members
 from tests.coordinator.conftest import ClientFactory, expire_session, take_until
+from tests.coordinator.test_lease_ownership import LostReply
 
 
 def test_members_appear_and_disappear_with_their_sessions(
@@ -51,3 +52,17 @@ def test_a_member_id_in_use_by_another_session_is_refused(
     Membership(zk_client(), layout, MemberInfo("same")).join()
     with pytest.raises(MemberIdInUse, match="'same'"):
         Membership(zk_client(), layout, MemberInfo("same")).join()
+
+
+def test_a_join_whose_reply_was_lost_joins_in_the_same_session(
+    zk_client: ClientFactory, layout: GroupLayout
+) -> None:
+    """ZooKeeper created the member znode but its reply was lost with the connection (a
+    chaos run's lost reply, on a replacement member's first write): the join goes on and
+    finds the znode its own session's, instead of failing the member's start with
+    ConnectionLoss."""
+    lossy = LostReply(zk_client())
+    lossy.lose_next.set()
+    Membership(lossy, layout, MemberInfo("m")).join()  # type: ignore[arg-type]
+    assert lossy.lost, "the create's reply was not lost"
+    assert set(read_members(lossy, layout)) == {"m"}  # type: ignore[arg-type]
