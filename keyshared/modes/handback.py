@@ -77,11 +77,19 @@ class HandBack:
         *,
         write: Callable[[], object] | None = None,
         alive: bool = True,
+        holding: Holding | None = None,
     ) -> None:
         """Give ``name`` back: release it (``release()``) once no call of ``states`` runs and,
         if ``write`` is given, its last cursors are written. ``alive=False``: its znode is gone
-        already (fenced); it is only kept while its stragglers run (:meth:`busy`)."""
-        holding = Holding(name)
+        already (fenced); it is only kept while its stragglers run (:meth:`busy`).
+
+        :param holding: the holding of ``name`` the member kept since it wanted it
+            (:class:`~keyshared.modes.holdings.Holdings`); a fresh one if not given.
+        """
+        if holding is None:
+            holding = Holding(name)
+        elif holding.name != name:
+            raise ValueError(f"holding {holding.name!r} handed back as {name!r}")
         if alive:
             holding.hand_back(written=write is None)
         else:

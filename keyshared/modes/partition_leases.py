@@ -53,6 +53,7 @@ from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.startup import assigns_incrementally
 from keyshared.modes.handback import HandBack, gone
+from keyshared.modes.holdings import Holdings
 from keyshared.modes.lease_queue import wait_in_background
 from keyshared.modes.leased_commits import LeasedCommits
 from keyshared.modes.session_gate import SessionGate
@@ -100,6 +101,7 @@ class PartitionLeaseMember:
         self._ready: dict[TP, Lease] = {}  # granted, waiting for this member's own stragglers
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
         self._hand_back = HandBack(self._dispatcher, self._gate.connected)
+        self.holdings = Holdings()  # each lease's phase, from queued to handed back
         self.commits = LeasedCommits(
             zk.client,
             self._directory,
@@ -159,13 +161,11 @@ class PartitionLeaseMember:
         are kept until those finish, on a thread of their own, or until the process ends and
         its session with it: the next owner never overlaps them."""
         self._closing = True
-        for pending, _ in self._pending.values():
-            pending.cancel()
-        self._pending.clear()
+        self._cancel_pending()
         for tp, lease in self._held.items():
-            self._hand_back.add(tp_name(tp), self._release_of(lease), self._states_of(tp))
+            self._let_go(tp, self._release_of(lease), self._states_of(tp))
         for tp, lease in self._ready.items():
-            self._hand_back.add(tp_name(tp), self._release_of(lease))
+            self._let_go(tp, self._release_of(lease))
         self._held.clear()
         self._ready.clear()
         self._gate.stop()
@@ -199,6 +199,8 @@ class PartitionLeaseMember:
         held = [tp for tp in tps if tp in self._held]
         if not held:
             return
+        for tp in held:
+            self.holdings.drain(tp_name(tp))
         events.revoked(held)
         for tp in held:
             self._give_back(tp)
@@ -223,9 +225,10 @@ class PartitionLeaseMember:
             pending = self._pending.pop(tp, None)
             if pending is not None:
                 pending[0].cancel()
+                self.holdings.withdraw(tp_name(tp))
             ready = self._ready.pop(tp, None)
             if ready is not None:
-                self._hand_back.add(tp_name(tp), self._release_of(ready))
+                self._let_go(tp, self._release_of(ready))
         self._gate.metrics.pending_drains(len(self._pending))
 
     def _give_back(self, tp: TP) -> None:
@@ -240,7 +243,26 @@ class PartitionLeaseMember:
                 tp_name(tp),
                 running,
             )
-        self._hand_back.add(tp_name(tp), self._release_of(lease), states)
+        self._let_go(tp, self._release_of(lease), states)
+
+    def _let_go(
+        self,
+        tp: TP,
+        release: Callable[[], None],
+        states: list[PartitionState] | None = None,
+        *,
+        alive: bool = True,
+    ) -> None:
+        """Hand ``tp``'s holding over to the hand-back: released once nothing of it runs."""
+        name = tp_name(tp)
+        self._hand_back.add(name, release, states, alive=alive, holding=self.holdings.let_go(name))
+
+    def _cancel_pending(self) -> None:
+        """Withdraw every acquisition under way (cancelling deletes its znode)."""
+        for tp, (pending, _) in self._pending.items():
+            pending.cancel()
+            self.holdings.withdraw(tp_name(tp))
+        self._pending.clear()
 
     def _states_of(self, tp: TP) -> list[PartitionState]:
         """Every state of ``tp`` whose calls a hand-back waits for: the one granted (forgotten
@@ -255,16 +277,18 @@ class PartitionLeaseMember:
     def _fence(self) -> None:
         """The session expired: every lease is gone. Discard everything, commit nothing."""
         events = self._require_events()
-        for pending, _ in self._pending.values():
-            pending.cancel()
-        self._pending.clear()
+        self._cancel_pending()
+        for tp in self._ready:
+            self.holdings.withdraw(tp_name(tp))  # granted, not started: went with the session
         self._ready.clear()
         held = list(self._held)
         if held:
             events.lost(held)
         self._hand_back.fence_all()
         for tp in list(self._state):
-            self._hand_back.add(tp_name(tp), gone, self._states_of(tp), alive=False)
+            self._let_go(tp, gone, self._states_of(tp), alive=False)
+        for tp in held:
+            self.holdings.let_go(tp_name(tp))  # never started a state: no straggler keeps it
         self._held.clear()
         self._state.clear()
         self._pause(self._assigned)
@@ -276,7 +300,7 @@ class PartitionLeaseMember:
             return
         self._require_events().lost([tp])
         self._held.pop(tp)
-        self._hand_back.add(tp_name(tp), gone, self._states_of(tp), alive=False)
+        self._let_go(tp, gone, self._states_of(tp), alive=False)
         self._pause([tp])
         if tp in self._assigned:
             self._queue_for(tp)
@@ -297,6 +321,7 @@ class PartitionLeaseMember:
             self._unqueued.add(tp)
             return
         self._pending[tp] = (pending, time.monotonic())
+        self.holdings.want(tp_name(tp))
         self._gate.metrics.pending_drains(len(self._pending))
         log.info(
             "%s[%d]: assigned; waiting for its lease (token %d) before dispatching",
@@ -316,6 +341,7 @@ class PartitionLeaseMember:
         entry = self._pending.get(tp)
         if entry is not None and entry[0] is pending:
             del self._pending[tp]
+            self.holdings.withdraw(tp_name(tp))
             if tp in self._assigned and not self._closing:
                 self._unqueued.add(tp)
 
@@ -359,6 +385,7 @@ class PartitionLeaseMember:
             return
         finally:
             self.commits.starts.pop(tp, None)
+        self.holdings.grant(tp_name(tp))
         state = events.states.get(tp)
         if state is not None:
             self._state[tp] = state

@@ -1,0 +1,130 @@
+"""The member's registry of holdings (``keyshared.modes.holdings``): one holding per thing from
+WAITING until it is let go, the hand-back carrying that same object on to RELEASED.
+
+A hypothesis state machine plays a member that wants, is granted, drains, withdraws and lets go
+a few names in any order, against a model of the phase each name should be in; a transition
+the life cycle forbids must raise and leave the registry as it was.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from keyshared.core.holding import Holding, HoldingError, Phase, Step
+from keyshared.modes.handback import HandBack
+from keyshared.modes.holdings import Holdings
+
+NAMES = st.sampled_from(("t[0]", "t[1]", "0-32767"))
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class HoldingsMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = _Clock()
+        self.holdings = Holdings(self.clock)
+        self.model: dict[str, tuple[Phase, float]] = {}
+        self.let_go: list[Holding] = []
+
+    def _attempt(self, allowed: bool, action: object) -> None:
+        before = self.holdings.snapshot()
+        if allowed:
+            action()  # type: ignore[operator]
+            return
+        try:
+            action()  # type: ignore[operator]
+        except HoldingError:
+            assert self.holdings.snapshot() == before
+        else:
+            raise AssertionError("a forbidden transition was allowed")
+
+    @rule(seconds=st.integers(0, 10))
+    def tick(self, seconds: int) -> None:
+        self.clock.now += seconds
+
+    @rule(name=NAMES)
+    def want(self, name: str) -> None:
+        allowed = name not in self.model
+        self._attempt(allowed, lambda: self.holdings.want(name))
+        if allowed:
+            self.model[name] = (Phase.WAITING, self.clock.now)
+
+    @rule(name=NAMES)
+    def grant(self, name: str) -> None:
+        allowed = self.model.get(name, (None,))[0] is Phase.WAITING
+        self._attempt(allowed, lambda: self.holdings.grant(name))
+        if allowed:
+            self.model[name] = (Phase.ACTIVE, self.clock.now)
+
+    @rule(name=NAMES)
+    def drain(self, name: str) -> None:
+        allowed = self.model.get(name, (None,))[0] is Phase.ACTIVE
+        self._attempt(allowed, lambda: self.holdings.drain(name))
+        if allowed:
+            self.model[name] = (Phase.DRAINING, self.clock.now)
+
+    @rule(name=NAMES)
+    def withdraw(self, name: str) -> None:
+        allowed = self.model.get(name, (Phase.WAITING,))[0] is Phase.WAITING
+        self._attempt(allowed, lambda: self.holdings.withdraw(name))
+        if allowed:
+            self.model.pop(name, None)
+
+    @rule(name=NAMES)
+    def let_go_one(self, name: str) -> None:
+        held = self.holdings.get(name)
+        holding = self.holdings.let_go(name)
+        assert holding.name == name
+        assert held is None or holding is held  # the same object goes on to the hand-back
+        self.model.pop(name, None)
+        holding.hand_back()
+        self.let_go.append(holding)
+
+    @invariant()
+    def matches_the_model(self) -> None:
+        snapshot = self.holdings.snapshot()
+        assert [name for name, _, _ in snapshot] == sorted(self.model)
+        for name, phase, age in snapshot:
+            assert (phase, age) == (self.model[name][0], self.clock.now - self.model[name][1])
+            assert age >= 0
+            assert self.holdings.phase(name) is phase
+        assert len(self.holdings) == len(self.model)
+
+    @invariant()
+    def let_go_holdings_are_not_in_the_registry(self) -> None:
+        for holding in self.let_go:
+            assert holding.phase is Phase.HANDING_BACK
+            assert self.holdings.get(holding.name) is not holding
+
+
+TestHoldings = HoldingsMachine.TestCase
+
+
+class _Idle:
+    """A dispatcher with no call running."""
+
+    def running(self, states: object) -> int:
+        return 0
+
+
+def test_the_hand_back_carries_the_members_holding_to_its_release() -> None:
+    holdings = Holdings()
+    holdings.want("t[0]")
+    holdings.grant("t[0]")
+    holdings.drain("t[0]")
+    holding = holdings.let_go("t[0]")
+    released: list[str] = []
+    hand_back = HandBack(_Idle(), connected=lambda: True)  # type: ignore[arg-type]
+    hand_back.add("t[0]", lambda: released.append("t[0]"), holding=holding)
+    assert released == ["t[0]"]
+    assert holding.phase is Phase.RELEASED
+    assert holding.step(running=0, connected=True) is Step.WAIT
+    assert "t[0]" not in holdings
