@@ -64,6 +64,7 @@ from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.transactions import TransactionalCommitter
 from keyshared.modes.handback import HandBack, gone
+from keyshared.modes.holdings import Holdings
 from keyshared.modes.kafka_liveness import KafkaLiveness, RoleWithdrawal
 from keyshared.modes.session_gate import SessionGate
 
@@ -125,6 +126,21 @@ class _Candidacy:
 class ExclusiveMember:
     """The consumer's membership and cursor store in ``exclusive`` mode (module docstring).
 
+    The active role is one holding (:attr:`holdings`, named "the active role")::
+
+        stand by ─▶ WAITING ─lock won, activated─▶ ACTIVE
+                      │ (a standby; or won and waiting    │ Kafka silent, producer fenced,
+                      │  for the fenced activity's calls) │ session expired, leaving
+                      │                                   ▼
+                      │ activation failed, leaving ─▶ HANDING_BACK ─no call of the activity
+                      │                                   runs─▶ RELEASED (lock given up)
+                      │ Kafka silent, session expired, a role the broker refuses:
+                      ▼ withdrawn (the lock recipe gives the place up itself)
+                  (forgotten) ─▶ stand by again (renewed session, Kafka answering)
+
+    The holding never enters DRAINING: the consumer's final drain at shutdown is over before
+    :meth:`leave`, and every other end of an activity discards and commits nothing.
+
     :param zk: the coordinator (started); its session is this member's for the run.
     :param context: the consumer run it plugs into.
     """
@@ -147,6 +163,7 @@ class ExclusiveMember:
         self._starts: dict[TP, tuple[int | None, str]] = {}  # the activation's read
         self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._renewed)
         self._hand_back = HandBack(context.dispatcher, self._gate.connected)
+        self.holdings = Holdings()  # the role's one holding, while a candidacy stands
         self._kafka = KafkaLiveness(context.kafka_config, context.topics)
         self._aside = RoleWithdrawal(self._kafka, self._me, self._group, self._standby_queued)
         self._closing = False
@@ -207,7 +224,7 @@ class ExclusiveMember:
         self._drop_role_producer()
         if candidacy is not None:
             candidacy.lock.cancel()
-            self._hand_back.add(_ACTIVE, candidacy.give_up, self._activity_states())
+            self._let_go(candidacy.give_up, self._activity_states())
         self._gate.stop()
         self._kafka.stop()
         self._hand_back.leave(self._zk.close)
@@ -219,6 +236,7 @@ class ExclusiveMember:
         if self._closing:
             return
         lock = self._zk.exclusive(self._group, self._me)
+        self.holdings.want(_ACTIVE)
         self._candidacy = _Candidacy(lock, self._ctx.inbox.post, self._activate)
         log.info("%s is a standby of exclusive group %s", self._me, self._group)
 
@@ -242,6 +260,7 @@ class ExclusiveMember:
             return
         if not self._assigned:
             candidacy.withdraw()  # a standby: out of the queue
+            self.holdings.withdraw(_ACTIVE)
             return
         self._end_activity(candidacy)
 
@@ -255,7 +274,7 @@ class ExclusiveMember:
         with contextlib.suppress(KafkaException):
             self._consumer.assign([])
         candidacy.lock.cancel()
-        self._hand_back.add(_ACTIVE, candidacy.give_up, states)
+        self._let_go(candidacy.give_up, states)
 
     def _activate(self, candidacy: _Candidacy) -> None:
         """The lock is ours: read every partition from its committed offset, serially."""
@@ -299,6 +318,7 @@ class ExclusiveMember:
         except Exception as exc:  # e.g. the key-state read timed out
             self._give_up(candidacy, exc)
             return
+        self.holdings.grant(_ACTIVE)
         token = candidacy.lock.token
         self._states = [s for tp in partitions if (s := events.states.get(tp)) is not None]
         for state in self._states:
@@ -319,6 +339,7 @@ class ExclusiveMember:
         self._drop_role_producer()
         candidacy.withdraw()
         self._candidacy = None
+        self.holdings.withdraw(_ACTIVE)
         self._failure = exc
 
     def _give_up(self, candidacy: _Candidacy, exc: Exception) -> None:
@@ -330,8 +351,20 @@ class ExclusiveMember:
             self._consumer.assign([])
         self._assigned, self._starts = [], {}
         self._candidacy = None
-        self._hand_back.add(_ACTIVE, candidacy.give_up)
+        self._let_go(candidacy.give_up)
         self._stand_by()
+
+    def _let_go(
+        self,
+        release: Callable[[], None],
+        states: list[PartitionState] | None = None,
+        *,
+        alive: bool = True,
+    ) -> None:
+        """Hand the role's holding over to the hand-back: the lock stands until nothing of the
+        activity runs any more."""
+        holding = self.holdings.let_go(_ACTIVE)
+        self._hand_back.add(_ACTIVE, release, states, alive=alive, holding=holding)
 
     def _activity_states(self) -> list[PartitionState]:
         """Every state of the activity whose calls the lock waits for: those of the activation
@@ -351,12 +384,13 @@ class ExclusiveMember:
             self._candidacy = None
         self._ready = None
         if not self._assigned:
+            self.holdings.let_go(_ACTIVE)  # a standby's place went with the session
             return
         events = self._require_events()
         events.lost(list(self._assigned))
         self._drop_role_producer()
         # The lock went with the session; its handlers may still run: kept until they end.
-        self._hand_back.add(_ACTIVE, gone, self._activity_states(), alive=False)
+        self._let_go(gone, self._activity_states(), alive=False)
         self._assigned = []
         self._states = []
         with contextlib.suppress(KafkaException):
@@ -480,7 +514,7 @@ class ExclusiveMember:
             self._end_activity(candidacy)
         else:
             candidacy.lock.cancel()
-            self._hand_back.add(_ACTIVE, candidacy.give_up)
+            self._let_go(candidacy.give_up)
         self._stand_by()
 
     def _drop_role_producer(self) -> None:

@@ -22,9 +22,11 @@ from coordinator.errors import CoordinatorError
 from coordinator.incarnations import Incarnation
 from coordinator.leases import Lease, RangeLeases
 from keyshared.core.claims import PartitionClaims
+from keyshared.core.holding import Phase
 from keyshared.core.slots import SlotRange
 from keyshared.core.types import TP
 from keyshared.modes.handback import HandBack
+from keyshared.modes.holdings import Holdings
 from keyshared.modes.range_cursors import cursors_for, metadata_budget
 from keyshared.runtime.dispatcher import Progress
 
@@ -48,6 +50,8 @@ class HeldRanges:
     :param hand_back: where ranges given up wait for their stragglers and their release.
     :param flush_all: writes several ranges' staged cursors at once (one transaction; see
         :func:`coordinator.cursors.flush_together`).
+    :param holdings: the member's holdings, one per range from queued to handed back (a range
+        is ACTIVE here from :meth:`add` until it is given up or forgotten).
     """
 
     def __init__(
@@ -57,7 +61,9 @@ class HeldRanges:
         on_fenced: Callable[[], None],
         hand_back: HandBack,
         flush_all: Callable[[list[CursorWriter]], CursorFlush] = flush_together,
+        holdings: Holdings | None = None,
     ) -> None:
+        self.holdings = Holdings() if holdings is None else holdings
         self._leases = leases
         self._flush_all = flush_all
         self._writer_of = writer_of
@@ -86,6 +92,16 @@ class HeldRanges:
         writer = self._writer_of(lease)
         self.leases[slots] = lease
         self._writers[slots] = writer
+        name = str(slots)
+        if name not in self.holdings:  # taken up without queueing here (a test's own lease)
+            self.holdings.want(name)
+        self.holdings.grant(name)
+
+    def draining(self, ranges: list[SlotRange]) -> None:
+        """A drain starts that gives ``ranges`` up: nothing new of their keys starts."""
+        for slots in ranges:
+            if self.holdings.phase(str(slots)) is Phase.ACTIVE:
+                self.holdings.drain(str(slots))
 
     # -- writing cursors --------------------------------------------------------------------
 
@@ -206,6 +222,7 @@ class HeldRanges:
             self._release_of(lease),
             [] if drained else stragglers,
             write=writer.flush if unwritten and writer is not None else None,
+            holding=self.holdings.let_go(str(slots)),
         )
 
     def _release_of(self, lease: Lease) -> Callable[[], None]:
@@ -217,7 +234,8 @@ class HeldRanges:
         """The lease is gone (fenced): stop speaking for the range, write nothing more."""
         log.error("range %s: lease lost (fenced); stopping it without committing", slots)
         self._on_fenced()
-        self.leases.pop(slots, None)
+        if self.leases.pop(slots, None) is not None:
+            self.holdings.let_go(str(slots)).fenced()  # gone: nothing to hand back
         self._writers.pop(slots, None)
         self._forget_written(slots)
         if slots not in self._fenced:
@@ -234,6 +252,8 @@ class HeldRanges:
     def clear(self) -> None:
         """The session expired: every lease went with it."""
         self._fenced.clear()  # the new session's plan is taken up afresh
+        for slots in self.leases:
+            self.holdings.let_go(str(slots)).fenced()
         self.leases.clear()
         self._writers.clear()
         self._written.clear()
@@ -249,6 +269,7 @@ class HeldRanges:
                 self._release_of(lease),
                 stragglers,
                 write=writer.flush if pending and writer is not None else None,
+                holding=self.holdings.let_go(str(slots)),
             )
         self.leases.clear()
         self._writers.clear()

@@ -37,6 +37,7 @@ from coordinator.members import MemberInfo, Membership
 from keyshared.core.admission import Admission
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.health import Role
+from keyshared.core.holding import Holding
 from keyshared.core.slots import SlotRange
 from keyshared.core.types import TP
 from keyshared.errors import KeySharedError
@@ -68,6 +69,23 @@ _REGAIN_COALESCE_S = 0.5  # grants arriving within this of the first are read to
 
 class KeySharedMember:
     """The consumer's side of ``key_shared`` mode (see the module docstring).
+
+    Each slot range's lease is one holding (:attr:`HeldRanges.holdings`, named ``lo-hi``)::
+
+        planned here ─queue─▶ WAITING ─granted, cursor writer made─▶ ACTIVE (read after the
+                                │ (queued; LeaseQueue)                 │  next rebuild)
+                                │                                      │ planned away: the rebuild
+                                │ planned away, session expired,       ▼ drains every partition
+                                │ stopping: withdrawn                DRAINING
+                                │ granted once no longer wanted,       │ drained (or timed out)
+                                │ or its writer failed: handed back    ▼
+                                ▼                                 HANDING_BACK ◀── leaving
+                            (forgotten)                               │ last cursors written,
+                                                                      ▼ no call of it runs
+                                                                  RELEASED
+
+    A lease found gone (a fenced cursor write) or lost with the session leaves ACTIVE for
+    good with nothing to release; a range found fenced is queued for again.
 
     :param zk: the coordinator (started); its session is this member's for the run.
     :param context: the consumer run it plugs into.
@@ -101,7 +119,12 @@ class KeySharedMember:
         self._deferred = DeferredRebuild(self._dispatcher, self._options.drain_timeout, self._me)
         self._flushed = True  # did every cursor write since the last drain go through?
         self._queue = LeaseQueue(
-            self._leases, context.inbox, self._gate.metrics, self._granted, self._give_back
+            self._leases,
+            context.inbox,
+            self._gate.metrics,
+            self._granted,
+            self._give_back,
+            self._held.holdings,
         )
         self._topics = TopicWatch.of(zk.client, zk.layout(self._group), context)
         self._watermark = LowWatermarkPass(
@@ -255,13 +278,13 @@ class KeySharedMember:
 
     def _granted(self, slots: SlotRange, lease: Lease) -> None:
         if self._closing or self._gate.lost or slots not in self._desired:
-            self._give_back(slots, lease)
+            self._give_back(slots, lease, self._held.holdings.let_go(str(slots)))
             return
         try:
             self._held.add(slots, lease)
         except Exception as exc:  # ZooKeeper away: give it back, queue again from tick
             log.warning("range %s: taking up its lease failed (%r); queueing again", slots, exc)
-            self._give_back(slots, lease)
+            self._give_back(slots, lease, self._held.holdings.let_go(str(slots)))
             self._missing = True
             return
         # A read from the cursors drains the whole member. A plan moves several ranges at once
@@ -272,9 +295,10 @@ class KeySharedMember:
         elif self._regain_at is None:
             self._regain_at = time.monotonic() + _REGAIN_COALESCE_S
 
-    def _give_back(self, slots: SlotRange, lease: Lease) -> None:
-        """A lease granted after it stopped being wanted: released, with retry."""
-        self._held.hand_back.add(str(slots), lambda: self._leases.release(lease))
+    def _give_back(self, slots: SlotRange, lease: Lease, holding: Holding | None = None) -> None:
+        """A lease granted after it stopped being wanted: released, with retry. ``holding``:
+        its holding, if the member still had it (a grant the queue withdrew has none)."""
+        self._held.hand_back.add(str(slots), lambda: self._leases.release(lease), holding=holding)
 
     def _rebuild(self, drop: list[SlotRange]) -> None:
         """Drain, write cursors, release ``drop``'s leases, then read again from the cursors of
@@ -285,6 +309,7 @@ class KeySharedMember:
         if self._deferred.defer(old_states, drop):
             return
         drop = self._deferred.take()
+        self._held.draining(drop)
         self._flushed = True
         drained = events.revoked(list(self._assigned)) if self._assigned else True
         committed = self._flushed

@@ -17,6 +17,7 @@ from coordinator.leases import Lease, PendingLease, RangeLeases
 from keyshared.core.slots import SlotRange
 from keyshared.kafka.seams import PollInbox
 from keyshared.metrics import CoordinatorMetrics
+from keyshared.modes.holdings import Holdings
 
 __all__ = ["LeaseQueue", "wait_in_background"]
 
@@ -58,6 +59,8 @@ class LeaseQueue:
     :param metrics: pending drains and hand-over waits are reported here.
     :param on_granted: called on the poll thread with each lease that is still wanted.
     :param give_back: releases a lease granted after it was withdrawn (with retry).
+    :param holdings: the member's holdings: each range queued for is WAITING there until it
+        is granted (the member takes it on) or withdrawn.
     """
 
     def __init__(
@@ -67,7 +70,9 @@ class LeaseQueue:
         metrics: CoordinatorMetrics,
         on_granted: Granted,
         give_back: Granted,
+        holdings: Holdings,
     ) -> None:
+        self._holdings = holdings
         self._give_back = give_back
         self._leases = leases
         self._inbox = inbox
@@ -86,6 +91,7 @@ class LeaseQueue:
         """Queue for ``slots`` (behind every overlapping lease of another session)."""
         pending = self._leases.begin(slots, generation=generation)
         self._pending[slots] = pending
+        self._holdings.want(str(slots))
         self._metrics.pending_drains(len(self._pending))
         queued_at = time.monotonic()
         log.info("range %s: lease queued (token %d)", slots, pending.token)
@@ -116,17 +122,20 @@ class LeaseQueue:
         """Withdraw every acquisition of a range no longer wanted."""
         for slots in [s for s in self._pending if s not in wanted]:
             self._pending.pop(slots).cancel()
+            self._holdings.withdraw(str(slots))
         self._metrics.pending_drains(len(self._pending))
 
     def cancel_all(self) -> None:
-        for pending in self._pending.values():
+        for slots, pending in self._pending.items():
             pending.cancel()
+            self._holdings.withdraw(str(slots))
         self._pending.clear()
         self._metrics.pending_drains(0)
 
     def _again(self, slots: SlotRange, pending: PendingLease, generation: int) -> None:
         if self._pending.get(slots) is pending:
             del self._pending[slots]
+            self._holdings.withdraw(str(slots))
             self.queue(slots, generation)
 
     def _granted(

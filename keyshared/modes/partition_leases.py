@@ -72,6 +72,21 @@ _REQUEUE_EVERY = 1.0  # seconds between retries of a lease that could not even b
 class PartitionLeaseMember:
     """The consumer's membership and cursor store in ``partition`` mode with a coordinator.
 
+    Each partition's lease is one holding (:attr:`holdings`, named ``topic[p]``)::
+
+        assigned ─queue─▶ WAITING ─granted, none of its own calls still run─▶ ACTIVE
+                            │  (queued; or granted and waiting         (resumed, dispatching)
+                            │   for this member's stragglers)            │          │
+                            │                                          revoke     lost, lease
+                            │ revoked/lost: withdrawn, or handed          │        gone, session
+                            │ back if already granted                     ▼        expired, leaving
+                            │ session expired: forgotten             DRAINING       │
+                            ▼                                             │ drained │
+                        (forgotten)              HANDING_BACK ◀───────────┴─────────┘
+                                                      │ no call of the partition runs
+                                                      ▼ (the hand-back releases it)
+                                                   RELEASED
+
     Example::
 
         zk = ZooKeeperCoordinator("127.0.0.1:2181")
