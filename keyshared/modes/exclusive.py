@@ -132,8 +132,10 @@ class ExclusiveMember:
                       │ (a standby; or won and waiting    │ Kafka silent, producer fenced,
                       │  for the fenced activity's calls) │ session expired, leaving
                       │                                   ▼
-                      │ activation failed, leaving ─▶ HANDING_BACK ─no call of the activity
-                      │                                   runs─▶ RELEASED (lock given up)
+                      │ activation failed, fenced  ─▶ HANDING_BACK
+                      │ producer, leaving                 │ no call of the activity runs
+                      │                                   ▼
+                      │                               RELEASED (lock given up)
                       │ Kafka silent, session expired, a role the broker refuses:
                       ▼ withdrawn (the lock recipe gives the place up itself)
                   (forgotten) ─▶ stand by again (renewed session, Kafka answering)

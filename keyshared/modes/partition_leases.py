@@ -324,7 +324,7 @@ class PartitionLeaseMember:
 
     def _queue_for(self, tp: TP) -> None:
         self._unqueued.discard(tp)
-        if tp in self._pending or tp in self._held or tp in self._ready:
+        if tp_name(tp) in self.holdings:  # queued, granted or held already
             return
         if self._gate.lost or self._gate.suspended:
             self._unqueued.add(tp)  # a renewed or resumed session retries it
