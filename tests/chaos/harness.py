@@ -86,6 +86,7 @@ from tests.chaos.plan import (
 )
 from tests.chaos.result import ChaosResult
 from tests.chaos.topology_faults import TOPOLOGY_FAULTS, inject_topology_fault
+from tests.coordinator.zk_proxy import ZooKeeperProxy
 from tests.kafka.support.journal import (
     read_journal,
     sequenced,
@@ -149,6 +150,11 @@ def run_chaos(
         _set_group_session(admin, group)
     keys: list[bytes | None] = [f"key-{i:05d}".encode() for i in range(plan.keys)]
     records = sequenced(keys, plan.per_key, seed=plan.seed)
+    # One proxy in front of each ZooKeeper server: the members' only way to it, so that the
+    # link faults reach every member whichever server it talks to.
+    links = [ZooKeeperProxy(host) for host in zookeeper.split(",")] if plan.zookeeper_links else []
+    if links:
+        zookeeper = ",".join(link.hosts for link in links)
     members = Members(plan, bootstrap, zookeeper, group, topic, workdir, out_topic=out)
     faults = fault_schedule(plan)
     rng = random.Random(plan.seed + 1)
@@ -182,7 +188,7 @@ def run_chaos(
                 assert isinstance(cluster, TopologyCluster)
                 inject_topology_fault(fault, plan, cluster, topic, tail)
             else:
-                _inject(fault, plan, cluster, members, tail, rng, snapshots)
+                _inject(fault, plan, cluster, members, tail, rng, snapshots, links)
             not_before = time.monotonic()
             progress(f"  {fault.describe(t0)}; {tail.poll()} records finished so far")
         producer.allow_until(1.0)
@@ -202,6 +208,8 @@ def run_chaos(
         verify = run_verify(bootstrap, group, topic)
     finally:
         members.close()
+        for link in links:
+            link.close()
         if snapshots is not None:
             snapshots.close()
         if result.group_states is not None:
@@ -246,6 +254,7 @@ def _inject(
     tail: JournalTail,
     rng: random.Random,
     watch: CommitWatch | None,
+    links: list[ZooKeeperProxy],
 ) -> None:
     if fault.kind == "member_kill":
         name = _victim(plan, members, tail, rng)
@@ -285,8 +294,47 @@ def _inject(
         fault.t_recovered = time.monotonic_ns()
     elif fault.kind == PRODUCER_FENCE:
         _fence(fault, cluster.bootstrap_servers, members, tail, rng)
+    elif fault.kind == "zookeeper_latency":
+        fault.t_fault = time.monotonic_ns()
+        for link in links:
+            link.delay(plan.zookeeper_latency)
+        time.sleep(plan.session_timeout)  # the slow spell itself: longer than a session
+        for link in links:
+            link.heal()
+        fault.t_recovered = time.monotonic_ns()
+        fault.note = f"{plan.zookeeper_latency * 1000:.0f} ms each way"
+    elif fault.kind == "zookeeper_lost_reply":
+        _lose_reply(fault, links)
     else:
         raise ValueError(fault.kind)
+
+
+def _lose_reply(fault: Fault, links: list[ZooKeeperProxy], timeout: float = 30.0) -> None:
+    """Lose the next reply to a member's write (whichever member writes next, through whichever
+    server), then wait until a member connects again: kazoo resumes the session at once."""
+    before = [len(link.lost_replies) for link in links]
+    connections = sum(link.connections for link in links)
+    for link in links:
+        link.lose_next_write_reply()
+    deadline = time.monotonic() + timeout
+    try:
+        while not (lost := [(r, link) for link, n in zip(links, before, strict=True)
+                            for r in link.lost_replies[n:]]):  # fmt: skip
+            if time.monotonic() > deadline:
+                fault.note = "no member wrote to ZooKeeper"
+                return
+            time.sleep(0.05)
+    finally:
+        for link in links:
+            link.disarm()
+    (fault.t_fault, xid), link = min(lost, key=lambda found: found[0])
+    fault.target = f"xid {xid} through {link.hosts}"
+    while sum(link.connections for link in links) == connections:
+        if time.monotonic() > deadline:
+            fault.note = "nobody connected again"
+            return
+        time.sleep(0.05)
+    fault.t_recovered = time.monotonic_ns()
 
 
 def _fence(
