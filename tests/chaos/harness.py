@@ -210,11 +210,6 @@ def run_chaos(
                 _inject(fault, plan, cluster, members, tail, rng, snapshots)
             not_before = time.monotonic()
             progress(f"  {fault.describe(t0)}; {tail.poll()} records finished so far")
-        for spell in spells:
-            spell.join()
-        for fault in faults:
-            if fault.kind in LINK_FAULTS:
-                progress(f"  {fault.describe(t0)}")
         producer.allow_until(1.0)
         producer.join(plan.fault_seconds + 240)
         assert not producer.is_alive(), "the producer never finished"
@@ -225,6 +220,11 @@ def run_chaos(
         result.producer_pauses = producer.pauses
         assert result.produced == len(records), f"{result.produced} of {len(records)} delivered"
         _await_commits(plan, bootstrap, group, topic, tail, progress, members)
+        for spell in spells:  # over during the settling, mostly: nothing added to the run
+            spell.join()
+        for fault in faults:
+            if fault.kind in LINK_FAULTS:
+                progress(f"  {fault.describe(t0)}")
         result.exit_codes = members.stop_all()
         result.elapsed_s = time.monotonic() - started
         dead = read_dlq(bootstrap, dlq, plan.partitions, committed=plan.exactly_once)
