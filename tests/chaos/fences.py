@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tests.chaos.members import Members
-from tests.chaos.plan import ENSEMBLE_FAULTS, EXPIRED_LOG, Fault
+from tests.chaos.plan import ENSEMBLE_FAULTS, EXPIRED_LOG, LINK_FAULTS, Fault
 
 
 @dataclass(frozen=True)
@@ -139,16 +139,30 @@ def session_expiries(
     return found
 
 
+LINK_SLACK_NS = 1_500_000_000
+"""How long after a link fault ended a member may still lose its connection to it: its last
+delayed messages are still on their way. Shorter than the gap between faults (FAULT_GAP_S),
+so that the next fault's connection losses are not this one's."""
+
+
 def unexpected_expiries(
     expiries: list[tuple[str, Fence]], faults: list[Fault], session_timeout_s: float
 ) -> list[str]:
     """The expiries during a ZooKeeper ensemble member's crash (up to a session timeout after
     it was back): there the ensemble keeps its quorum, kazoo moves to another member within the
     session timeout and the session moves with it, so such an expiry fences a healthy member.
-    Expiries elsewhere (a member starved of CPU, an ensemble that lost its quorum under load)
-    are fences like any other (:func:`session_expiries`) and only reported."""
+    The same during a link fault (up to ``LINK_SLACK_NS`` after it): a latency below kazoo's
+    read timeout or a reply lost on a dropped connection costs a member at most a connection,
+    which it resumes within the session. Expiries elsewhere (a member starved of CPU, an
+    ensemble that lost its quorum under load) are fences like any other
+    (:func:`session_expiries`) and only reported."""
     window = int((session_timeout_s + 2.0) * 1e9)
     ensemble = [(f.t_fault, f.t_recovered + window) for f in faults if f.kind in ENSEMBLE_FAULTS]
+    ensemble += [
+        (f.t_fault, max(f.t_fault, f.t_recovered) + LINK_SLACK_NS)
+        for f in faults
+        if f.kind in LINK_FAULTS and f.t_fault
+    ]
     # Judged by when the member lost its connection (the fence), not by when it logged the
     # expiry: a member cut off by an ensemble that had already lost its quorum before the crash
     # was not cut off by the crash.

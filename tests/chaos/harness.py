@@ -11,8 +11,11 @@ One run (:func:`run_chaos`) is bounded in time and stays on loopback:
 3. meanwhile the fault schedule (:func:`fault_schedule`) runs: SIGKILL a random member every
    few seconds and start a replacement at once, SIGKILL the broker once and start it again,
    and in coordinator modes stall a member (SIGSTOP) past its ZooKeeper session timeout, then
-   SIGCONT it, and restart ZooKeeper once. The handlers themselves fail on purpose (some
-   records once, then a retry succeeds; some on every attempt: the DLQ) and some keys are slow;
+   SIGCONT it, and restart ZooKeeper once; and, through a proxy in front of each ZooKeeper
+   server, slow every member's ZooKeeper traffic for a while and lose one reply to a write
+   ZooKeeper applied (in the background: the schedule goes on meanwhile). The handlers
+   themselves fail on purpose (some records once, then a retry succeeds; some on every
+   attempt: the DLQ) and some keys are slow;
 4. after the fault phase the run waits (bounded) for the group's committed offsets to reach
    the end of every partition, stops the members with SIGTERM, reads the DLQ back and runs
    ``keyshared verify``;
@@ -40,6 +43,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -77,6 +81,7 @@ from tests.chaos.plan import (
     EXPIRED_LOG,
     FAULT_GAP_S,
     KAFKA_SESSION_MS,
+    LINK_FAULTS,
     PRODUCER_FENCE,
     QUIET,
     ChaosPlan,
@@ -86,6 +91,7 @@ from tests.chaos.plan import (
 )
 from tests.chaos.result import ChaosResult
 from tests.chaos.topology_faults import TOPOLOGY_FAULTS, inject_topology_fault
+from tests.coordinator.zk_proxy import ZooKeeperProxy
 from tests.kafka.support.journal import (
     read_journal,
     sequenced,
@@ -149,6 +155,11 @@ def run_chaos(
         _set_group_session(admin, group)
     keys: list[bytes | None] = [f"key-{i:05d}".encode() for i in range(plan.keys)]
     records = sequenced(keys, plan.per_key, seed=plan.seed)
+    # One proxy in front of each ZooKeeper server: the members' only way to it, so that the
+    # link faults reach every member whichever server it talks to.
+    links = [ZooKeeperProxy(host) for host in zookeeper.split(",")] if plan.zookeeper_links else []
+    if links:
+        zookeeper = ",".join(link.hosts for link in links)
     members = Members(plan, bootstrap, zookeeper, group, topic, workdir, out_topic=out)
     faults = fault_schedule(plan)
     rng = random.Random(plan.seed + 1)
@@ -169,6 +180,7 @@ def run_chaos(
             snapshots = CommitWatch(bootstrap, group, topic, plan.partitions)
             result.group_states = GroupStates(bootstrap, group, workdir / "group-states")
         not_before = started
+        spells: list[threading.Thread] = []  # link faults under way
         for k, fault in enumerate(faults):
             if plan.topology:  # records up to the next fault's planned time, no further
                 upto = faults[k + 1].at if k + 1 < len(faults) else plan.fault_seconds
@@ -181,6 +193,19 @@ def run_chaos(
             if fault.kind in TOPOLOGY_FAULTS:
                 assert isinstance(cluster, TopologyCluster)
                 inject_topology_fault(fault, plan, cluster, topic, tail)
+            elif fault.kind in LINK_FAULTS:
+                # In the background: the schedule goes on while the link is slow or a reply
+                # is awaited, and the next fault keeps its time (``not_before`` stays), so
+                # these faults take none of the fault phase's time.
+                fault.t_fault = time.monotonic_ns()
+                spell = threading.Thread(
+                    target=_inject_link, args=(fault, plan, links), daemon=True
+                )
+                spell.start()
+                spells.append(spell)
+                at = (fault.t_fault - t0) / 1e9
+                progress(f"  {fault.kind:<23} t={at:6.1f}s started in the background")
+                continue
             else:
                 _inject(fault, plan, cluster, members, tail, rng, snapshots)
             not_before = time.monotonic()
@@ -195,6 +220,11 @@ def run_chaos(
         result.producer_pauses = producer.pauses
         assert result.produced == len(records), f"{result.produced} of {len(records)} delivered"
         _await_commits(plan, bootstrap, group, topic, tail, progress, members)
+        for spell in spells:  # over during the settling, mostly: nothing added to the run
+            spell.join()
+        for fault in faults:
+            if fault.kind in LINK_FAULTS:
+                progress(f"  {fault.describe(t0)}")
         result.exit_codes = members.stop_all()
         result.elapsed_s = time.monotonic() - started
         dead = read_dlq(bootstrap, dlq, plan.partitions, committed=plan.exactly_once)
@@ -202,6 +232,8 @@ def run_chaos(
         verify = run_verify(bootstrap, group, topic)
     finally:
         members.close()
+        for link in links:
+            link.close()
         if snapshots is not None:
             snapshots.close()
         if result.group_states is not None:
@@ -287,6 +319,51 @@ def _inject(
         _fence(fault, cluster.bootstrap_servers, members, tail, rng)
     else:
         raise ValueError(fault.kind)
+
+
+def _inject_link(fault: Fault, plan: ChaosPlan, links: list[ZooKeeperProxy]) -> None:
+    """One of LINK_FAULTS, on every member's link to ZooKeeper; returns when it is over."""
+    try:
+        if fault.kind == "zookeeper_latency":
+            for link in links:
+                link.delay(plan.zookeeper_latency)
+            time.sleep(plan.session_timeout)  # the slow spell itself: longer than a session
+            for link in links:
+                link.heal()
+            fault.t_recovered = time.monotonic_ns()
+            fault.note = f"{plan.zookeeper_latency * 1000:.0f} ms each way"
+        else:
+            _lose_reply(fault, links)
+    except Exception as e:  # the run goes on; the judge finds the fault unfinished
+        fault.note = f"failed: {e!r}"
+
+
+def _lose_reply(fault: Fault, links: list[ZooKeeperProxy], timeout: float = 30.0) -> None:
+    """Lose the next reply to a member's write (whichever member writes next, through whichever
+    server), then wait until a member connects again: kazoo resumes the session at once."""
+    before = [len(link.lost_replies) for link in links]
+    connections = sum(link.connections for link in links)
+    for link in links:
+        link.lose_next_write_reply()
+    deadline = time.monotonic() + timeout
+    try:
+        while not (lost := [(r, link) for link, n in zip(links, before, strict=True)
+                            for r in link.lost_replies[n:]]):  # fmt: skip
+            if time.monotonic() > deadline:
+                fault.note = "no member wrote to ZooKeeper"
+                return
+            time.sleep(0.05)
+    finally:
+        for link in links:
+            link.disarm()
+    (fault.t_fault, xid), link = min(lost, key=lambda found: found[0])
+    fault.target = f"xid {xid} through {link.hosts}"
+    while sum(link.connections for link in links) == connections:
+        if time.monotonic() > deadline:
+            fault.note = "nobody connected again"
+            return
+        time.sleep(0.05)
+    fault.t_recovered = time.monotonic_ns()
 
 
 def _fence(

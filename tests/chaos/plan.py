@@ -23,6 +23,18 @@ SERVER_FAULTS = (*BROKER_FAULTS, "zookeeper_restart")
 # One member of a three-member ensemble: the quorum stays, kazoo moves to another member and
 # its session survives. Nothing is excused around these: no one may be fenced, nothing redone.
 ENSEMBLE_FAULTS = ("zookeeper_follower_kill", "zookeeper_leader_kill")
+# Faults of the members' links to ZooKeeper (a proxy in front of each server): every message
+# late by ``ChaosPlan.zookeeper_latency`` each way for a while, or one write's reply lost after
+# ZooKeeper applied the write (the connection drops with it; kazoo resumes the session). The
+# sessions survive both: nothing is excused around these, as around ENSEMBLE_FAULTS.
+LINK_FAULTS = ("zookeeper_latency", "zookeeper_lost_reply")
+LATENCY_SHARE = 0.075
+"""The latency each way, as a share of the session timeout. kazoo drops a connection whose ping
+is not answered within ``read_timeout / 2`` minus a jitter of up to 0.4 s (read_timeout is
+2/3 of the negotiated session timeout: ``kazoo/protocol/connection.py``), 0.93 s at a 4 s
+session; a round trip of 0.15 session timeouts (0.6 s) leaves a third of a second for a loaded
+machine, so the links stay up. It also sits at the edge of the session gate's liveness window
+(a probe every 0.2 timeouts proves the session for 0.5), which the latency therefore works."""
 # Exactly-once runs: another producer initialises a live member's transactional.id.
 PRODUCER_FENCE = "producer_fence"
 EXACTLY_ONCE_MODES = ("partition", "partition_leases", "exclusive")
@@ -68,6 +80,10 @@ class ChaosPlan:
     :param exactly_once: the members run ``--exactly-once`` and write each finished record's
         sequence number under its key to an output topic (``record.output``), which the
         judge reads back with ``read_committed`` (modes ``EXACTLY_ONCE_MODES``).
+    :param zookeeper_latency_at: (coordinator modes) when every message between the members
+        and ZooKeeper is delayed by :attr:`zookeeper_latency` each way, for a session timeout.
+    :param zookeeper_lost_replies_at: (coordinator modes) when the next successful reply to a
+        member's write is dropped with its connection, after ZooKeeper applied the write.
     :param fences_at: (exactly-once) when the harness fences a busy member's transactional
         producer: it starts a producer with the member's ``transactional.id`` (exclusive mode:
         the active role's) and calls ``init_transactions``.
@@ -101,6 +117,8 @@ class ChaosPlan:
     group_protocol: str = "classic"
     exactly_once: bool = False
     fences_at: tuple[float, ...] = ()
+    zookeeper_latency_at: tuple[float, ...] = ()
+    zookeeper_lost_replies_at: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -130,6 +148,18 @@ class ChaosPlan:
         return self.mode != "partition"
 
     @property
+    def zookeeper_links(self) -> bool:
+        """Whether the members reach ZooKeeper through the harness's proxies (LINK_FAULTS)."""
+        return self.uses_zookeeper and bool(
+            self.zookeeper_latency_at or self.zookeeper_lost_replies_at
+        )
+
+    @property
+    def zookeeper_latency(self) -> float:
+        """Seconds each message to or from ZooKeeper is held in a latency fault."""
+        return LATENCY_SHARE * self.session_timeout
+
+    @property
     def per_key(self) -> int:
         return self.records // self.keys
 
@@ -150,7 +180,7 @@ class ChaosPlan:
 class Fault:
     """One injected fault. Times are CLOCK_MONOTONIC ns, like the journals."""
 
-    kind: str  # one of MEMBER_FAULTS, SERVER_FAULTS, ENSEMBLE_FAULTS, PRODUCER_FENCE
+    kind: str  # one of MEMBER_FAULTS, SERVER_FAULTS, ENSEMBLE_FAULTS, LINK_FAULTS, PRODUCER_FENCE
     at: float  # planned, seconds into the fault phase
     target: str = ""  # member name for member faults, node for a topology's node faults
     pid: int = 0
@@ -195,6 +225,13 @@ def fault_schedule(plan: ChaosPlan) -> list[Fault]:
         faults += [Fault("member_stall", at * plan.fault_seconds) for at in plan.stalls_at]
         faults += [
             Fault("zookeeper_restart", at * plan.fault_seconds) for at in plan.zookeeper_restarts_at
+        ]
+        faults += [
+            Fault("zookeeper_latency", at * plan.fault_seconds) for at in plan.zookeeper_latency_at
+        ]
+        faults += [
+            Fault("zookeeper_lost_reply", at * plan.fault_seconds)
+            for at in plan.zookeeper_lost_replies_at
         ]
     faults += [Fault(PRODUCER_FENCE, at * plan.fault_seconds) for at in plan.fences_at]
     at = rng.uniform(*plan.kill_every) / 2

@@ -137,7 +137,8 @@ class ChaosResult:
             f"was lost (plain partition mode, documented): {len(self.cut_off_starts)}",
             f"retry counts restarted by a re-dispatch in the same process: {self.retry_restarts}",
             f"ZooKeeper sessions expired outside a stall: {len(self.other_expiries)} "
-            f"{self.other_expiries[:3]}; of them during an ensemble member's crash "
+            f"{self.other_expiries[:3]}; of them during an ensemble member's crash or a link "
+            f"fault "
             f"{len(self.unexpected_expiries)}",
             f"convergence after a fault: max {max(converged, default=0):.2f}s, "
             f"median {sorted(converged)[len(converged) // 2] if converged else 0:.2f}s",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.chaos.accounting import Call, account_duplicates
-from tests.chaos.fences import Handover
+from tests.chaos.fences import Fence, Handover, unexpected_expiries
 from tests.chaos.observers import GroupStates
 from tests.chaos.plan import ChaosPlan, Fault
 from tests.chaos.result import ChaosResult
@@ -375,3 +375,18 @@ def test_a_cut_off_members_start_within_its_lost_lines_millisecond_is_not_an_ove
     kept, found = _drop_starts_after_a_loss(late, [fence])
     _, cut = _drop_cut_off_starts(kept, [fence], [outage])
     assert len(found) == 1 and cut == []
+
+
+@pytest.mark.parametrize("kind", ["zookeeper_latency", "zookeeper_lost_reply"])
+def test_a_link_fault_excuses_no_redo_and_no_expiry(kind: str) -> None:
+    """The session survives a link fault: a record redone around one is a finding (unlike
+    around a server restart), and so is a session lost from its start to 1.5 s after it."""
+    fault = Fault(kind, 5.0, t_fault=5 * S, t_recovered=9 * S)
+    first = Call(1, (KEY, 1), start=int(5.1 * S), end=int(5.2 * S), kind="E")
+    redo = Call(2, (KEY, 1), start=int(7.9 * S), end=8 * S, kind="E")
+    result = judge(first, redo, states((0, 20, True)), [fault])
+    assert len(result.unexplained_duplicates) == 1
+    during = Fence(1, int(10.4 * S), 14 * S, None, "expired")
+    after = Fence(2, int(10.6 * S), 14 * S, None, "expired")
+    found = unexpected_expiries([("M1", during), ("M2", after)], [fault], 4.0)
+    assert [line.split(":")[0] for line in found] == ["M1"]

@@ -8,8 +8,12 @@ cut a member off from ZooKeeper but not Kafka, or the reverse, without touching 
 - :meth:`~FaultyLink.blackhole` keeps every connection open but forwards nothing, and accepts
   new ones into the same silence: a switch that drops packets. Clients notice only through
   their own timeouts.
-- :meth:`~FaultyLink.heal` forwards again: new connections go through; connections held in a
-  blackhole are dropped (their peers have lost bytes, so the stream cannot go on).
+- :meth:`~FaultyLink.delay` forwards everything, each chunk ``seconds`` after it arrived, in
+  each direction: a slow network that loses nothing. A delay line, not a sleep per chunk:
+  chunks that arrive back to back leave back to back, so the delay adds latency but does not
+  cut the throughput.
+- :meth:`~FaultyLink.heal` forwards again at once: new connections go through; connections
+  held in a blackhole are dropped (their peers have lost bytes, so the stream cannot go on).
 
 Example::
 
@@ -22,8 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import queue
 import socket
 import threading
+import time
 
 __all__ = ["FaultyLink", "LinkState"]
 
@@ -48,6 +54,7 @@ class FaultyLink:
         self.port: int = self._listener.getsockname()[1]
         self.address = f"127.0.0.1:{self.port}"
         self.state = LinkState.OPEN
+        self.latency = 0.0  # seconds each chunk is held, per direction (:meth:`delay`)
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._closed = False
@@ -62,10 +69,18 @@ class FaultyLink:
         """Keep connections open but forward nothing (new ones are accepted into silence)."""
         self.state = LinkState.BLACKHOLE
 
+    def delay(self, seconds: float) -> None:
+        """Forward every chunk ``seconds`` after it arrived (each way), order kept."""
+        if seconds < 0:
+            raise ValueError(f"a delay is not negative, got {seconds}")
+        self.latency = seconds
+
     def heal(self) -> None:
-        """Forward again; connections held in a blackhole are dropped (bytes were lost)."""
+        """Forward again, without delay; connections held in a blackhole are dropped (bytes
+        were lost). Chunks already delayed still leave at their time, in order."""
         was = self.state
         self.state = LinkState.OPEN
+        self.latency = 0.0
         if was is LinkState.BLACKHOLE:
             self._drop_all()
 
@@ -108,15 +123,60 @@ class FaultyLink:
                 continue
             with self._lock:
                 self._sockets += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            self._opened(client, server)
+            for a, b, upstream in ((client, server, True), (server, client, False)):
+                line: queue.SimpleQueue[tuple[float, bytes | None]] = queue.SimpleQueue()
+                threading.Thread(
+                    target=self._receive, args=(a, b, upstream, line), daemon=True
+                ).start()
+                threading.Thread(target=self._send, args=(line, a, b), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _opened(self, client: socket.socket, server: socket.socket) -> None:
+        """A connection went through (a hook for subclasses that follow a protocol)."""
+
+    def _forward(self, client: socket.socket, upstream: bool, data: bytes) -> tuple[bytes, bool]:
+        """What of ``data`` (received from the client if ``upstream``, else from the server)
+        goes on, and whether the connection goes on after it (a hook for subclasses that
+        lose chosen messages: the rest of the stream is lost with the connection)."""
+        return data, True
+
+    def _receive(
+        self,
+        source: socket.socket,
+        sink: socket.socket,
+        upstream: bool,
+        line: queue.SimpleQueue[tuple[float, bytes | None]],
+    ) -> None:
+        """The delay line's input: each chunk with the time it is due (arrival + latency)."""
+        client = source if upstream else sink
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
+                if self.state is not LinkState.OPEN:
+                    continue  # swallowed, as a dropping switch would
+                passed, going_on = self._forward(client, upstream, data)
+                line.put((time.monotonic() + self.latency, passed))
+                if not going_on:
+                    break
+        line.put((time.monotonic() + self.latency, None))
+
+    def _send(
+        self,
+        line: queue.SimpleQueue[tuple[float, bytes | None]],
+        source: socket.socket,
+        sink: socket.socket,
+    ) -> None:
+        """The delay line's output: every chunk at its due time, in arrival order; the end of
+        the stream (None) closes both sides, once what came before it is sent."""
+        with contextlib.suppress(OSError):
+            while True:
+                due, data = line.get()
+                wait = due - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)  # the latency itself: this chunk is not due yet
+                if data is None:
+                    break
                 if self.state is LinkState.OPEN:
                     sink.sendall(data)
-                # else: swallowed, as a dropping switch would
         for sock in (source, sink):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
