@@ -10,7 +10,8 @@ Outcomes, one per record (the first that applies):
 
 ``corrupt``        its provenance headers are missing or unparsable (see ``problem``)
 ``key_corrupt``    another record of its key is corrupt: the key cannot be put back in order
-``duplicate``      the same source record was dead-lettered earlier (a redelivery): kept once
+``duplicate``      the same source record (same key and source coordinates) was dead-lettered
+                   earlier (a redelivery): kept once
 ``filtered``       the key's first dead letter does not match the ``where`` filter
 ``head_missing``   the key's first dead letter in range is a parked tail record: its poison
                    record lies before the range, and replaying the tail alone would reorder
@@ -132,16 +133,24 @@ def _any_glob(column: Column, globs: Sequence[str]) -> Column:
 
 
 def key_group() -> Column:
-    """The ordering group of a record: its key; a null key is a group of one record (null keys
-    are unordered, so each is independent and they spread over tasks)."""
+    """The ordering group of a record: its key. A null key is a group of its own source record:
+    null keys are unordered, so each record is independent and they spread over tasks, while
+    the redeliveries of one source record (several dead letters) share the group, where the
+    deduplication finds them. A corrupt null-key record (no usable source coordinates) is a
+    group of its own dead letter."""
     from pyspark.sql import functions as F
 
     is_null = F.col("key").isNull()
+    alone = is_null & F.col("problem").isNotNull()
+    by_source = is_null & F.col("problem").isNull()
     return F.struct(
         is_null.alias("null_key"),
         F.coalesce(F.col("key"), F.lit(b"")).alias("key"),
-        F.when(is_null, F.col("dlq_partition")).alias("dlq_partition"),
-        F.when(is_null, F.col("dlq_offset")).alias("dlq_offset"),
+        F.when(by_source, F.col("source_topic")).alias("source_topic"),
+        F.when(by_source, F.col("source_partition")).alias("source_partition"),
+        F.when(by_source, F.col("source_offset")).alias("source_offset"),
+        F.when(alone, F.col("dlq_partition")).alias("dlq_partition"),
+        F.when(alone, F.col("dlq_offset")).alias("dlq_offset"),
     )
 
 
@@ -165,24 +174,23 @@ def plan_replay(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    columns = ("source_topic", "source_partition", "source_offset", "dlq_partition", "dlq_offset")
-    order = [F.col(c).asc_nulls_last() for c in columns]
-    whole_key = (
-        Window.partitionBy("key_group")
-        .orderBy(*order)
-        .rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    )
-    same_source = Window.partitionBy("source_topic", "source_partition", "source_offset").orderBy(
-        "dlq_partition", "dlq_offset"
-    )
+    # One window, so one shuffle and one sort of every dead letter: a key's records in source
+    # order, a source record's copies next to each other in DLQ order. A copy whose previous row
+    # is the same source record is a redelivery (the earliest copy is kept).
+    source = ("source_topic", "source_partition", "source_offset")
+    order = [F.col(c).asc_nulls_last() for c in (*source, "dlq_partition", "dlq_offset")]
+    by_key = Window.partitionBy("key_group").orderBy(*order)
+    whole_key = by_key.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     df = decoded.withColumn("key_group", key_group())
     for column in ("key", "source_partition", "error_class", "failed_at", "reason"):
         df = df.withColumn(f"head_{column}", F.first(column).over(whole_key))
+    same_as_previous = F.lit(True)
+    for column in source:
+        same_as_previous = same_as_previous & (F.lag(column).over(by_key) == F.col(column))
     df = df.withColumn(
         "key_has_problem", F.max(F.col("problem").isNotNull().cast("int")).over(whole_key) > 0
     ).withColumn(
-        "copy",
-        F.when(F.col("problem").isNull(), F.row_number().over(same_source)).otherwise(F.lit(1)),
+        "redelivery", F.col("problem").isNull() & F.coalesce(same_as_previous, F.lit(False))
     )
     parked_rows = [(k.topic, k.partition, k.key) for k in parked]
     if parked_rows:
@@ -206,7 +214,7 @@ def plan_replay(
     outcome = (
         F.when(F.col("problem").isNotNull(), "corrupt")
         .when(F.col("key_has_problem"), "key_corrupt")
-        .when(F.col("copy") > 1, "duplicate")
+        .when(F.col("redelivery"), "duplicate")
         .when(~accepted, "filtered")
         .when(F.col("key").isNotNull() & (F.col("head_reason") == "parked"), "head_missing")
         .when(F.coalesce(F.col("is_parked"), F.lit(False)), "parked")
@@ -217,5 +225,5 @@ def plan_replay(
         df.withColumn("outcome", outcome)
         .withColumn("target_topic", target)
         .withColumn("target_partition", F.col("source_partition"))
-        .drop("key_has_problem", "copy", "is_parked")
+        .drop("key_has_problem", "redelivery", "is_parked")
     )

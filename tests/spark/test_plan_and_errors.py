@@ -30,6 +30,10 @@ def _dlq(bootstrap: str, dlq: str, source: str) -> None:
               error=Timeout("twice"))  # fmt: skip
     write_dlq(bootstrap, dlq, source, [(2, 40, None, b"n1"), (2, 41, None, b"n2")],
               error=Timeout("null"))  # fmt: skip
+    write_dlq(bootstrap, dlq, source, [(2, 42, None, b"n3"), (2, 42, None, b"n3")],
+              error=Timeout("null, redelivered"))  # fmt: skip
+    # b1's source coordinates under another key: the topic was recreated, not b1 redelivered
+    write_dlq(bootstrap, dlq, source, [(1, 20, b"g", b"g1")], error=Timeout("recreated"))
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(dlq, key=b"c", value=b"c1", headers=[
         ("keyshared.source.topic", source.encode()), ("keyshared.source.partition", b"x1"),
@@ -62,6 +66,9 @@ def test_outcomes_are_decided_on_each_whole_key(
     assert {got[(b"b", v)][0] for v in (b"b1", b"b2")} == {"filtered"}
     assert sorted(r["outcome"] for r in rows if r["key"] == b"d") == ["duplicate", "replay"]
     assert {got[(None, v)][0] for v in (b"n1", b"n2")} == {"replay"}, "null keys: each alone"
+    n3 = sorted(r["outcome"] for r in rows if r["value"] == b"n3")
+    assert n3 == ["duplicate", "replay"], "a null-key record dead-lettered twice is written once"
+    assert got[(b"g", b"g1")][0] == "replay", "same coordinates, another key: not a redelivery"
     assert got[(b"c", b"c1")][0] == "corrupt"
     assert "keyshared.source.partition" in got[(b"c", b"c1")][2]
     assert got[(b"c", b"c2")][0] == "key_corrupt", "a key with a corrupt record is held whole"
@@ -82,7 +89,7 @@ def test_a_dry_run_reports_without_writing_and_bad_input_is_an_error(
     dry = runner.invoke(cli, [*base, "-d", dlq, "--dry-run", "--report", str(report)])
     assert dry.exit_code == 0, dry.output
     said = " ".join(dry.output.split())
-    assert "Dry run: 8 records would be replayed" in said
+    assert "Dry run: 10 records would be replayed" in said
     rows = spark.read.parquet(str(report)).collect()
     assert sorted(r["outcome"] for r in rows).count("corrupt") == 2
     assert {r["key"] for r in rows} >= {"a", "c", None}
