@@ -75,7 +75,7 @@ def read_dlq(
     first = start if isinstance(start, Position) else parse_position(start, "earliest", "--from")
     last = end if isinstance(end, Position) else parse_position(end, "latest", "--to")
     offsets = resolve_range(bootstrap, topic, first, last, client_config, timeout, "--dlq-topic")
-    return decode_provenance(read_range(spark, bootstrap, offsets, kafka_options))
+    return decode_provenance(read_range(spark, bootstrap, offsets, kafka_options, split=True))
 
 
 @dataclass

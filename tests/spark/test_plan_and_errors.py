@@ -57,8 +57,10 @@ def test_outcomes_are_decided_on_each_whole_key(
 ) -> None:
     source, dlq = new_topic(3, prefix="src"), new_topic(1, prefix="dlq")
     _dlq(kafka_bootstrap, dlq, source)
-    plan = plan_replay(read_dlq(spark, kafka_bootstrap, dlq),
-                       ReplayFilter.parse([f"error=*{Timeout.__name__}"]))  # fmt: skip
+    decoded = read_dlq(spark, kafka_bootstrap, dlq)
+    cores = spark.sparkContext.defaultParallelism
+    assert decoded.rdd.getNumPartitions() >= cores, "one DLQ partition is read by every core"
+    plan = plan_replay(decoded, ReplayFilter.parse([f"error=*{Timeout.__name__}"]))
     rows = plan.collect()
     got = {(r["key"], r["value"]): (r["outcome"], r["source_offset"], r["problem"])
            for r in rows}  # fmt: skip
