@@ -200,8 +200,10 @@ def _write_task(
     started_ms: int,
     counter: Accumulator[int] | None,
 ) -> Iterator[pa.RecordBatch]:
-    """One Spark task: write its (sorted) records in one transaction, one result per record."""
-    import pyarrow as pa
+    """One Spark task: write its (sorted) records in one transaction, one result per record.
+
+    Columns are read whole (one Python list each) and the result is built from the input's
+    own Arrow columns: a dict per record, in and out, cost more than producing it."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -209,55 +211,76 @@ def _write_task(
     fault = ctx.getLocalProperty("keyshared.fault") if ctx else None
     txn: TaskTransaction | None = None
     skip = False
-    time_header = str(started_ms).encode()
+    time_header = ("keyshared.replay.time", str(started_ms).encode())
     for batch in batches:
         if batch.num_rows == 0:
             continue
         if txn is None:
             txn = TaskTransaction(settings, task, attempt)
             skip = txn.already_committed()
-        rows = batch.to_pylist()
-        offsets: list[int | None] = [None] * len(rows)
+        offsets: list[int | None] = [None] * batch.num_rows
         if not skip:
-            for i, row in enumerate(rows):
-                # the user's headers, filtered here rather than by a Spark lambda (see headers.py)
-                headers: Headers = [(h["key"], h["value"]) for h in row["headers"] or ()
-                                    if not h["key"].startswith(PROVENANCE_PREFIX)]  # fmt: skip
-                headers += [
-                    ("keyshared.replay.time", time_header),
-                    ("keyshared.replay.dlq", (f"{row['dlq_topic']}/{row['dlq_partition']}/"
-                                              f"{row['dlq_offset']}").encode()),
-                ]  # fmt: skip
-                txn.produce(
-                    row["target_topic"],
-                    row["target_partition"],
-                    row["key"],
-                    row["value"],
-                    headers,
-                    functools.partial(offsets.__setitem__, i),
-                )
+            records = _records(batch, time_header)
+            for i, (topic, partition, key, value, headers) in enumerate(records):
+                txn.produce(topic, partition, key, value, headers,
+                            functools.partial(offsets.__setitem__, i))  # fmt: skip
             txn.flush()
             maybe_fail(fault, "replay:mid", attempt)
         if counter is not None:
-            counter.add(len(rows))
-        yield pa.RecordBatch.from_pylist(
-            [_result(row, offsets[i], task, attempt, skip) for i, row in enumerate(rows)],
-            schema=_arrow_schema(),
-        )
+            counter.add(batch.num_rows)
+        yield _results(batch, offsets, task, attempt, skip)
     if txn is not None and not skip:
         txn.commit()
         maybe_fail(fault, "replay:after_commit", attempt)
 
 
-def _result(row: dict[str, Any], offset: int | None, task: int, attempt: int, skip: bool) -> Any:
-    return {
-        "dlq_partition": row["dlq_partition"], "dlq_offset": row["dlq_offset"],
-        "key": row["key"], "source_topic": row["source_topic"],
-        "source_partition": row["source_partition"], "source_offset": row["source_offset"],
-        "target_topic": row["target_topic"], "target_partition": row["target_partition"],
-        "target_offset": offset, "task": task, "attempt": attempt,
-        "outcome": "committed_earlier" if skip else "replayed",
-    }  # fmt: skip
+def _records(
+    batch: pa.RecordBatch, time_header: tuple[str, bytes]
+) -> Iterator[tuple[str, int, Any, Any, Headers]]:
+    """``(target topic, target partition, key, value, headers)`` of each row: the user's
+    headers (``keyshared.*`` dropped here rather than by a Spark lambda, see headers.py), then
+    ``time_header`` and the dead letter's coordinates as ``keyshared.replay.dlq``."""
+    column = batch.column
+    lists = column("headers")
+    bounds = lists.offsets.to_pylist()
+    base = bounds[0]
+    flat = lists.flatten()
+    names, values = flat.field("key").to_pylist(), flat.field("value").to_pylist()
+    present = lists.is_valid().to_pylist() if lists.null_count else None
+    dlq = zip(column("dlq_topic").to_pylist(), column("dlq_partition").to_pylist(),
+              column("dlq_offset").to_pylist(), strict=True)  # fmt: skip
+    targets = zip(column("target_topic").to_pylist(), column("target_partition").to_pylist(),
+                  strict=True)  # fmt: skip
+    rows = zip(targets, column("key").to_pylist(), column("value").to_pylist(), dlq, strict=True)
+    for i, ((topic, partition), key, value, (d_topic, d_partition, d_offset)) in enumerate(rows):
+        start, end = bounds[i] - base, bounds[i + 1] - base
+        if present is not None and not present[i]:
+            start = end
+        headers: Headers = [(names[j], values[j]) for j in range(start, end)
+                            if not names[j].startswith(PROVENANCE_PREFIX)]  # fmt: skip
+        headers.append(time_header)
+        headers.append(("keyshared.replay.dlq", f"{d_topic}/{d_partition}/{d_offset}".encode()))
+        yield topic, partition, key, value, headers
+
+
+_PASSED_ON = ("dlq_partition", "dlq_offset", "key", "source_topic", "source_partition",
+              "source_offset", "target_topic", "target_partition")  # fmt: skip
+
+
+def _results(
+    batch: pa.RecordBatch, offsets: list[int | None], task: int, attempt: int, skip: bool
+) -> pa.RecordBatch:
+    """The result rows of a batch (see ``RESULT_SCHEMA``): its own coordinates, where each
+    record landed, and who wrote it."""
+    import pyarrow as pa
+
+    schema = _arrow_schema()
+    n = batch.num_rows
+    passed = [batch.column(name).cast(schema.field(name).type) for name in _PASSED_ON]
+    outcome = "committed_earlier" if skip else "replayed"
+    made = [pa.array(offsets, pa.int64()), pa.array([task] * n, pa.int32()),
+            pa.array([attempt] * n, pa.int32()), pa.array([outcome] * n, pa.string())]  # fmt: skip
+    return pa.RecordBatch.from_arrays([*passed, *made], schema=schema)
 
 
 @functools.cache
