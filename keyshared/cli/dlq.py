@@ -83,6 +83,10 @@ def replay(
     last = parse_position(end, "latest", "--to")
     resolve_range(cmd.bootstrap, dlq_topic, first, last, cmd.client, cmd.timeout, "--dlq-topic")
     spark = cmd.session("keyshared dlq replay")
+    if "spark.sql.shuffle.partitions" not in cmd.spark_conf:
+        # the plan's one shuffle (by key group) then has the write's partitions, and the write
+        # reuses it instead of shuffling every record again
+        spark.conf.set("spark.sql.shuffle.partitions", str(cmd.tasks(spark)))
     decoded = read_dlq(spark, cmd.bootstrap, dlq_topic, first, last, client_config=cmd.client,
                        kafka_options=cmd.client, timeout=cmd.timeout).cache()  # fmt: skip
     if not groups:
