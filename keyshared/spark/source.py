@@ -241,7 +241,8 @@ def read_range(
     Reads ``read_committed``: records of aborted transactions (such as a failed replay task's)
     are never seen. ``kafka_options`` are the librdkafka client properties of the job
     (security, for example), translated for the Java client (:func:`java_kafka_options`) and
-    passed as ``kafka.<name>``; ``max.poll.records`` is 5,000 unless they set it.
+    passed as ``kafka.<name>``; ``max.poll.records`` is 5,000 unless they set it (the Java
+    client's default, 500, means ten times the polls).
 
     :param split: read a Kafka partition in several tasks (``minPartitions``: three per core),
         so that a few partitions do not leave cores idle (three partitions on two cores read
