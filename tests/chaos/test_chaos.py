@@ -93,13 +93,12 @@ EXACTLY_ONCE: dict[str, ChaosPlan] = {
 """The short runs with exactly-once outputs, plus a producer fenced mid-run: early, while
 records still flow (a member notices a fence only at its next transaction; an exclusive run
 had finished every record by a fence at 0.3 of the phase on a loaded machine)."""
-EXACTLY_ONCE_CI: tuple[str, ...] = ("partition_leases",)
-"""The exactly-once modes of CI: partition leases, the one with the most moving parts
-(ZooKeeper leases and the Kafka group's generation, a transactional id per member, poison
-records dead-lettered inside the transactions). Its earlier runs on a loaded machine missed the
-60 s convergence bound, never exactly-once; on a quiet one the three modes' short runs passed
-in 210 s together. Partition and exclusive run by hand (``--chaos``), for CI's time: the
-real-broker exactly-once tests cover their kill -9, broker restart and zombie paths."""
+EXACTLY_ONCE_CI: tuple[str, ...] = ()
+"""The exactly-once modes of CI. None yet: every run is by hand (``--chaos``) until one has
+passed on a quiet machine. Partition leases is the candidate (ZooKeeper leases and the Kafka
+group's generation, a transactional id per member, poison records dead-lettered inside the
+transactions); its first runs, at load average 10-48 on two cores, missed the 60 s convergence
+bound with every output exactly once (docs/chaos.md)."""
 
 TOPOLOGY: dict[str, ChaosPlan] = {mode: _topology_plan(mode, full=False) for mode in SHORT}
 TOPOLOGY_FULL: dict[str, ChaosPlan] = {mode: _topology_plan(mode, full=True) for mode in SHORT}
