@@ -14,10 +14,14 @@ produces more than the bound within ``transaction_timeout``.
 
 Outputs are produced only inside :meth:`TransactionalCommitter._transact`, never between
 commits, so an open transaction only ever holds what the offsets in it cover. Outputs of a
-record whose offset does not fit the commit metadata (the metadata overflowed) stay for a
-later transaction, whose cursor or metadata covers it; and no later metadata leaves out an
-offset an earlier committed one named (:func:`~keyshared.core.offsets.encode_monotone`), or
-the next owner would run that record again and commit its outputs twice.
+record go out with the transaction whose offsets name it. When the finished set above a cursor
+outgrows the commit metadata, the transaction also writes the whole set as a side record
+(:mod:`keyshared.kafka.finished_sets`) and the metadata links it, so every finished record's
+outputs still go out with the next transaction. Without a side topic, outputs the metadata
+cannot name wait for a later transaction whose cursor or metadata covers them, and no later
+metadata leaves out an offset an earlier committed one named
+(:func:`~keyshared.core.offsets.encode_monotone`): the next owner would run that record again
+and commit its outputs twice.
 
 A transaction that fails is aborted (or, when the producer is unusable or the outcome is
 unknown, a new producer with the same ``transactional.id`` settles it: ``init_transactions``
@@ -60,7 +64,14 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from keyshared.core.offsets import Encoded, decode_finished, encode_monotone
+from keyshared.core.offsets import (
+    Encoded,
+    decode_finished,
+    encode_monotone,
+    encode_whole,
+    encode_within,
+    linked_record,
+)
 from keyshared.core.runs import OffsetRuns
 from keyshared.core.types import TP
 from keyshared.errors import ConfigurationError, KeySharedError
@@ -71,6 +82,7 @@ from keyshared.kafka.active_role import (
 )
 from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
 from keyshared.kafka.commits import Committer
+from keyshared.kafka.finished_sets import FinishedSets
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.output_rules import OutputRules
 from keyshared.kafka.seams import MembershipEvents
@@ -198,9 +210,11 @@ class TransactionalCommitter(Committer):
         on_fenced: Callable[[], None] | None = None,
         role: bool = False,
         max_transaction_bytes: int = ConsumerOptions.max_held_output_bytes,
+        finished_sets: FinishedSets | None = None,
     ) -> None:
         super().__init__(consumer, metrics, dispatcher, self._lookup_state)
         self._max_transaction_bytes = max_transaction_bytes
+        self._finished_sets = finished_sets
         self._producer_config = producer_config
         self._reset_to_end = reset_to_end
         self._on_fenced = on_fenced
@@ -231,10 +245,32 @@ class TransactionalCommitter(Committer):
     _left_out_means = "their outputs wait until a commit can name them or the cursor passes them"
 
     def _encode(self, state: PartitionState, cursor: int, finished: OffsetRuns) -> Encoded:
+        """The whole finished set: in the metadata when it fits, else (longer than the
+        metadata's budget) for the transaction to put in a side record and link
+        (:meth:`_side_records_ready`, :meth:`FinishedSets.link`). Without a side topic,
+        :meth:`_monotone`."""
+        encoded = encode_within(cursor, finished, self._max_metadata_bytes)
+        if not encoded.left_out:
+            return encoded
+        if self._finished_sets is None:
+            return self._monotone(state, cursor, finished)
+        return Encoded(encode_whole(cursor, finished), 0)
+
+    def _monotone(self, state: PartitionState, cursor: int, finished: OffsetRuns) -> Encoded:
         """Never un-name an offset the partition's last committed metadata named: its
         outputs are committed, and the next owner (or a redo) would run the record again
         if this commit left it out. What no longer fits waits, outputs included."""
         return encode_monotone(cursor, finished, state.committed_metadata, self._max_metadata_bytes)
+
+    def starting_points(
+        self, partitions: list[TP], timeout: float
+    ) -> dict[TP, tuple[int | None, str]]:
+        """The committed offsets and metadata, a linked metadata replaced by the whole
+        finished set of its side record: what the last transaction committed outputs for."""
+        starts = super().starting_points(partitions, timeout)
+        if self._finished_sets is None:
+            return starts
+        return self._finished_sets.expand(starts, timeout)
 
     def bind(self, events: MembershipEvents) -> None:
         self._events = events
@@ -356,7 +392,10 @@ class TransactionalCommitter(Committer):
         offsets = self._offsets(states, skip_unchanged, taken)
         if not self._dead_letter_topics_ready(states, taken):
             return False
-        batches = self._batches(states, offsets, taken)
+        sided = self._side_records_ready(states, offsets, taken)
+        if sided is None:
+            return False
+        batches = self._batches(states, sided, taken)
         for i, (batch_states, batch_offsets, batch_taken) in enumerate(batches):
             if not self._transact_one(batch_states, batch_offsets, batch_taken):
                 rest = batches[i + 1 :]
@@ -419,6 +458,10 @@ class TransactionalCommitter(Committer):
             self._producer.begin_transaction()
             for source, message in outputs:
                 self._produce(message, functools.partial(self._delivered, source))
+            if self._finished_sets is not None:
+                offsets = self._finished_sets.link(
+                    self._producer, offsets, self._max_metadata_bytes, _OFFSETS_CALL_TIMEOUT
+                )
             if offsets:
                 self._send_offsets(offsets)
             self._commit()
@@ -493,6 +536,46 @@ class TransactionalCommitter(Committer):
                     state.commit_sent = None  # resend on the next try
                 return False
         return True
+
+    def _side_records_ready(
+        self, states: list[PartitionState], offsets: list[TopicPartition], taken: Taken
+    ) -> list[TopicPartition] | None:
+        """The commits to send, once the side topic their overflowing finished sets need is
+        there. Without it, a partition whose last commit named everything in its metadata
+        falls back to :meth:`_monotone` (its other outputs wait, as without a side topic);
+        one whose last commit linked a side record (or resumed from one) cannot be named
+        monotonically in 4 KB, so the commit is held whole, like a missing DLQ topic, and
+        retried (None)."""
+        budget = self._max_metadata_bytes
+        if all(len(tp.metadata or "") <= budget for tp in offsets):
+            return offsets
+        if self._finished_sets is not None and self._finished_sets.ready():
+            return offsets
+        by_tp = {state.tp: state for state in states}
+        result: list[TopicPartition] = []
+        for tp in offsets:
+            state = by_tp.get((tp.topic, tp.partition))
+            if len(tp.metadata or "") <= budget or state is None:
+                result.append(tp)
+                continue
+            previous = state.committed_metadata
+            if len(previous) > budget or linked_record(previous) is not None:
+                self._metrics.commit(False)
+                self._dispatcher.return_outputs(taken)
+                for held in states:
+                    held.commit_sent = None  # resend on the next try
+                log.error(
+                    "%s: the finished set above %d outgrew the commit metadata again and the "
+                    "finished-set topic cannot be written: holding the commit",
+                    state,
+                    tp.offset,
+                )
+                return None
+            finished = decode_finished(tp.offset, tp.metadata)
+            text = self._monotone(state, tp.offset, finished).text
+            state.commit_sent = (tp.offset, text)
+            result.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata=text))
+        return result
 
     def _covered(self, taken: Taken) -> list[tuple[Source, OutputMessage]]:
         """The outputs whose records the offsets about to be committed mark finished, in
@@ -869,4 +952,5 @@ def transactional_store(
         on_fenced=on_fenced,
         role=active_role,
         max_transaction_bytes=options.max_held_output_bytes,
+        finished_sets=FinishedSets(kafka_config, group),
     )

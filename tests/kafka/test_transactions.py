@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from keyshared.core.offsets import decode_finished, encode_within
+from keyshared.core.offsets import decode_finished, encode_within, linked_record
 from keyshared.core.window import InFlightWindow
 from keyshared.kafka import transactions
+from keyshared.kafka.finished_sets import FinishedSets
 from keyshared.kafka.transactions import TransactionalCommitter
 from keyshared.metrics import ConsumerMetrics
 from keyshared.metrics.families import consumer as families
@@ -88,6 +89,9 @@ class FakeProducer:
 class _Msg:
     def topic(self) -> str:
         return "out"
+
+    def offset(self) -> int:
+        return 7
 
 
 class FakeConsumer:
@@ -231,6 +235,67 @@ def test_an_offset_a_transaction_named_stays_named_in_every_later_one(desk: Any)
     assert sorted(produced) == sorted(named) and len(produced) == len(set(produced))
     waiting = [offset for offset, _ in state.outputs.ready]
     assert waiting and sorted(waiting) == sorted(set(near) - named)
+
+
+def _with_side_topic(committer: TransactionalCommitter, ready: bool) -> FinishedSets:
+    sides = FinishedSets({"bootstrap.servers": "127.0.0.1:1"}, "g")
+    sides.ready = lambda: ready  # type: ignore[method-assign]
+    committer._finished_sets = sides
+    return sides
+
+
+def test_an_overflowing_commit_links_a_side_record_and_produces_every_finished_output(
+    desk: Any,
+) -> None:
+    """The metadata has room for few of 19 finished offsets; the transaction writes all 19 to
+    the side record, links it from the metadata, and carries every one of their outputs."""
+    committer, state, _, _ = desk
+    committer._max_metadata_bytes = 16
+    sides = _with_side_topic(committer, ready=True)
+    _finish(state, *range(2, 40, 2), admitted=40)
+    committer.commit_async([state])
+    calls = FakeProducer.instances[-1].calls
+    side = [c for c in calls if c[0] == "produce" and c[1] == sides.topic]
+    assert len(side) == 1
+    assert decode_finished(0, side[0][3].decode()) == set(range(2, 40, 2))
+    assert sorted(_produced_to("out")) == list(range(2, 40, 2)) and not state.outputs.ready
+    assert len(state.committed_metadata) <= 16 and linked_record(state.committed_metadata) == 7
+    assert [c[0] for c in calls].index("offsets") > calls.index(side[0])
+
+
+def test_a_linked_partition_is_held_while_the_side_topic_cannot_be_written(desk: Any) -> None:
+    """After a commit that linked a side record, 4 KB cannot name monotonically what it named:
+    without the side topic the commit is held whole (no outputs, no cursor) and retried."""
+    committer, state, _, _ = desk
+    committer._max_metadata_bytes = 16
+    _with_side_topic(committer, ready=True)
+    _finish(state, *range(2, 40, 2), admitted=50)
+    committer.commit_async([state])
+    transactions_before = committer.transactions
+    _with_side_topic(committer, ready=False)
+    _finish(state, 41, 43)
+    committer.commit_async([state])
+    assert committer.transactions == transactions_before
+    assert sorted(o for o, _ in state.outputs.ready) == [41, 43] and state.commit_sent is None
+
+
+def test_without_the_side_topic_a_plain_partition_falls_back_to_monotone_metadata(
+    desk: Any,
+) -> None:
+    committer, state, _, _ = desk
+    committer._max_metadata_bytes = 16
+    _with_side_topic(committer, ready=False)
+    _finish(state, *range(2, 40, 2), admitted=40)
+    committer.commit_async([state])
+    named = decode_finished(0, state.committed_metadata)
+    assert linked_record(state.committed_metadata) is None and 0 < len(named) < 19
+    assert sorted(_produced_to("out")) == sorted(named)
+    assert sorted(o for o, _ in state.outputs.ready) == sorted(set(range(2, 40, 2)) - named)
+
+
+def _produced_to(topic: str) -> list[int]:
+    calls = FakeProducer.instances[-1].calls
+    return [int(c[3][1:]) for c in calls if c[0] == "produce" and c[1] == topic]
 
 
 def _sent(state: PartitionState) -> str:
