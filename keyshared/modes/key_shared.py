@@ -177,7 +177,8 @@ class KeySharedMember:
         if (due or self._deferred.ready()) and not self._gate.lost:
             self._rebuild(drop=[])
         self._held.hand_back.tick()
-        if (self._missing or self._held.fenced_waiting()) and not self._deferred.waiting:
+        retry = self._missing or self._queue.unqueued or self._held.fenced_waiting()
+        if retry and not self._deferred.waiting:
             self._queue_again()
         if self._topics.changed() and not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # partitions added, or the topic recreated: read them all
@@ -337,9 +338,9 @@ class KeySharedMember:
 
     def _queue_again(self) -> None:
         """Queue for the ranges the plan in force gives this member that it neither holds nor
-        waits for: a lease found gone (fenced) outside a session loss, or a queueing or grant
-        that ZooKeeper's absence broke. Waiting for the next plan would leave them read by
-        nobody until some member comes or goes."""
+        waits for: a lease found gone (fenced) outside a session loss, or a queueing, a grant
+        or the queue's own retry that ZooKeeper's absence broke. Waiting for the next plan
+        would leave them read by nobody until some member comes or goes."""
         for slots in self._held.take_fenced():
             log.info("range %s: its lease was found gone; queueing for it again", slots)
         self._queue_missing()

@@ -329,14 +329,18 @@ class PartitionLeaseMember:
         if self._gate.lost or self._gate.suspended:
             self._unqueued.add(tp)  # a renewed or resumed session retries it
             return
+        self.holdings.want(tp_name(tp))  # before the znode: no znode stands that nobody owns
         try:
             pending = self._leases.begin(tp[0], tp[1], generation=self._generation)
         except KazooException as exc:
             log.warning("%s[%d]: queueing for the lease failed (%s); retrying", tp[0], tp[1], exc)
+            self.holdings.withdraw(tp_name(tp))
             self._unqueued.add(tp)
             return
+        except BaseException:
+            self.holdings.withdraw(tp_name(tp))
+            raise
         self._pending[tp] = (pending, time.monotonic())
-        self.holdings.want(tp_name(tp))
         self._gate.metrics.pending_drains(len(self._pending))
         log.info(
             "%s[%d]: assigned; waiting for its lease (token %d) before dispatching",
