@@ -8,11 +8,16 @@ the life cycle forbids must raise and leave the registry as it was.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from keyshared.core.holding import Holding, HoldingError, Phase, Step
+from keyshared.core.slots import SlotRange
 from keyshared.modes.handback import HandBack
+from keyshared.modes.held_ranges import HeldRanges
 from keyshared.modes.holdings import Holdings
 
 NAMES = st.sampled_from(("t[0]", "t[1]", "0-32767"))
@@ -128,3 +133,22 @@ def test_the_hand_back_carries_the_members_holding_to_its_release() -> None:
     assert holding.phase is Phase.RELEASED
     assert holding.step(running=0, connected=True) is Step.WAIT
     assert "t[0]" not in holdings
+
+
+def test_a_range_is_held_only_once_its_holding_is_granted() -> None:
+    """``HeldRanges.add`` of a range nobody wanted raises and holds nothing: a lease kept that
+    the registry does not show would be one that no status, drain or hand-back knows of."""
+    hand_back = HandBack(_Idle(), connected=lambda: True)  # type: ignore[arg-type]
+    held = HeldRanges(
+        SimpleNamespace(),  # type: ignore[arg-type]
+        lambda lease: SimpleNamespace(),  # type: ignore[arg-type, return-value]
+        lambda: None,
+        hand_back,
+    )
+    lease = SimpleNamespace(key="0-99", token=1)
+    with pytest.raises(HoldingError):
+        held.add(SlotRange(0, 99), lease)  # type: ignore[arg-type]
+    assert SlotRange(0, 99) not in held and "0-99" not in held.holdings
+    held.holdings.want("0-99")
+    held.add(SlotRange(0, 99), lease)  # type: ignore[arg-type]
+    assert SlotRange(0, 99) in held and held.holdings.phase("0-99") is Phase.ACTIVE

@@ -27,6 +27,7 @@ class Queue:
 
     def __init__(self, waiting: int) -> None:
         self.waiting = waiting
+        self.unqueued = False  # no queueing again failed
 
     def __len__(self) -> int:
         return self.waiting
@@ -54,6 +55,8 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
     }
     for name, value in fields.items():
         setattr(m, name, value)
+    for slots in RANGES:  # queued for: the queue wanted each range
+        m._held.holdings.want(str(slots))
 
     def rebuild(drop: list[SlotRange]) -> None:
         rebuilds.append(len(m._held))
