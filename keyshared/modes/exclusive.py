@@ -57,6 +57,7 @@ from kazoo.exceptions import KazooException
 from coordinator.errors import AcquireCancelled
 from coordinator.exclusive import ExclusiveLock
 from keyshared.core.health import Role
+from keyshared.core.holding import HoldingView, count_phases
 from keyshared.core.types import TP
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.commits import Committer
@@ -64,7 +65,7 @@ from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.transactions import TransactionalCommitter
 from keyshared.modes.handback import HandBack, gone
-from keyshared.modes.holdings import Holdings
+from keyshared.modes.holdings import Holdings, views
 from keyshared.modes.kafka_liveness import KafkaLiveness, RoleWithdrawal
 from keyshared.modes.session_gate import SessionGate
 
@@ -183,6 +184,11 @@ class ExclusiveMember:
         where the fetch went back to (keyshared/kafka/rewinds.py)."""
         return False
 
+    def holding_views(self) -> tuple[HoldingView, ...]:
+        """The lock (named "the active role") as this member wants, holds or hands it back,
+        with its phase; read from any thread (published copies)."""
+        return views(self.holdings, self._hand_back)
+
     def role(self) -> Role:
         """Active while it holds the lock and its partitions; a standby while it contends with a
         healthy session (ready: it takes over when the active member fails)."""
@@ -209,6 +215,7 @@ class ExclusiveMember:
         if not self._closing and self._gate.connected() and not self._gate.lost:
             self._aside.check(bool(self._assigned), self._step_aside, self._stand_by)
         self._hand_back.tick()
+        self._gate.metrics.holdings("exclusive", count_phases(self.holding_views()))
         if self._ready is not None and not self._hand_back.busy(_ACTIVE):
             ready, self._ready = self._ready, None
             self._activate(ready)

@@ -37,7 +37,7 @@ from coordinator.members import MemberInfo, Membership
 from keyshared.core.admission import Admission
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.health import Role
-from keyshared.core.holding import Holding
+from keyshared.core.holding import Holding, HoldingView, count_phases
 from keyshared.core.slots import SlotRange
 from keyshared.core.types import TP
 from keyshared.errors import KeySharedError
@@ -47,6 +47,7 @@ from keyshared.modes.claims_reader import ClaimsReader
 from keyshared.modes.deferred_rebuild import DeferredRebuild
 from keyshared.modes.handback import HandBack
 from keyshared.modes.held_ranges import HeldRanges
+from keyshared.modes.holdings import views
 from keyshared.modes.kafka_liveness import KafkaLiveness, PlanWithdrawal
 from keyshared.modes.lease_queue import LeaseQueue
 from keyshared.modes.range_cursors import partitions_of, token_lookup
@@ -177,6 +178,7 @@ class KeySharedMember:
         if (due or self._deferred.ready()) and not self._gate.lost:
             self._rebuild(drop=[])
         self._held.hand_back.tick()
+        self._gate.metrics.holdings("key_shared", count_phases(self.holding_views()))
         retry = self._missing or self._queue.unqueued or self._held.fenced_waiting()
         if retry and not self._deferred.waiting:
             self._queue_again()
@@ -198,6 +200,11 @@ class KeySharedMember:
                 self._topics.describe()
         if not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # drains first: no record runs twice at once in this member
+
+    def holding_views(self) -> tuple[HoldingView, ...]:
+        """Every range lease this member wants, holds or hands back, with its phase; read from
+        any thread (published copies)."""
+        return views(self._held.holdings, self._held.hand_back)
 
     def role(self) -> Role:
         """A member once the leader's first plan was applied (slot ranges or none)."""

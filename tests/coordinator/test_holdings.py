@@ -14,7 +14,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from keyshared.core.holding import Holding, HoldingError, Phase, Step
+from keyshared.core.holding import Holding, HoldingError, HoldingView, Phase, Step
 from keyshared.core.slots import SlotRange
 from keyshared.modes.handback import HandBack
 from keyshared.modes.held_ranges import HeldRanges
@@ -38,6 +38,7 @@ class HoldingsMachine(RuleBasedStateMachine):
         self.holdings = Holdings(self.clock)
         self.model: dict[str, tuple[Phase, float]] = {}
         self.let_go: list[Holding] = []
+        self.earlier: list[tuple[tuple[HoldingView, ...], list[HoldingView]]] = []
 
     def _attempt(self, allowed: bool, action: object) -> None:
         before = self.holdings.snapshot()
@@ -104,6 +105,16 @@ class HoldingsMachine(RuleBasedStateMachine):
         assert len(self.holdings) == len(self.model)
 
     @invariant()
+    def the_published_copy_is_the_registry_as_of_the_last_change(self) -> None:
+        published = self.holdings.published()
+        assert isinstance(published, tuple)  # replaced whole: a reader's copy never changes
+        expected = [(n, phase, since) for n, (phase, since) in sorted(self.model.items())]
+        assert [(v.name, v.phase, v.since) for v in published] == expected
+        self.earlier.append((published, list(published)))
+        for copy, as_taken in self.earlier[-5:]:
+            assert list(copy) == as_taken
+
+    @invariant()
     def let_go_holdings_are_not_in_the_registry(self) -> None:
         for holding in self.let_go:
             assert holding.phase is Phase.HANDING_BACK
@@ -152,3 +163,24 @@ def test_a_range_is_held_only_once_its_holding_is_granted() -> None:
     held.holdings.want("0-99")
     held.add(SlotRange(0, 99), lease)  # type: ignore[arg-type]
     assert SlotRange(0, 99) in held and held.holdings.phase("0-99") is Phase.ACTIVE
+
+
+def test_the_hand_back_publishes_what_it_has_not_released_yet() -> None:
+    """A lease kept for a straggler shows as HANDING_BACK with its age until it is released;
+    one whose znode went shows as not alive."""
+    clock = _Clock()
+    running = {"calls": 1}
+    dispatcher = SimpleNamespace(running=lambda states: running["calls"])
+    hand_back = HandBack(dispatcher, connected=lambda: True, clock=clock)  # type: ignore[arg-type]
+    clock.now = 5.0
+    hand_back.add("t[0]", lambda: None, states=[])
+    hand_back.add("t[1]", lambda: None, states=[], alive=False)
+    views = hand_back.published()
+    assert [(v.name, v.phase, v.since, v.alive) for v in views] == [
+        ("t[0]", Phase.HANDING_BACK, 5.0, True),
+        ("t[1]", Phase.HANDING_BACK, 5.0, False),
+    ]
+    running["calls"] = 0
+    hand_back.tick()
+    assert hand_back.published() == ()
+    assert len(views) == 2  # the copy read earlier is unchanged
