@@ -40,7 +40,9 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
     hand_back = HandBack(SimpleNamespace(running=lambda _states: 0), lambda: True)  # type: ignore[arg-type]
     fields: dict[str, Any] = {
         "_closing": False,
-        "_gate": SimpleNamespace(lost=False, suspended=False),
+        "_gate": SimpleNamespace(
+            lost=False, suspended=False, metrics=SimpleNamespace(holdings=lambda *_: None)
+        ),
         "_desired": tuple(RANGES),
         "_held": HeldRanges(SimpleNamespace(), lambda lease: object(), lambda: None, hand_back),  # type: ignore[arg-type, return-value]
         "_assign_retry_at": None,
