@@ -1,5 +1,6 @@
 """A lease wait that breaks while the session lives is queued for again, in both modes that
-queue for leases (``key_shared`` ranges, ``partition`` mode's partitions), without a new plan.
+queue for leases (``key_shared`` ranges, ``partition`` mode's partitions), without a new plan;
+and a broken wait for ``exclusive``'s lock contends again.
 
 Two ways a wait breaks with the session alive: its queued znode is deleted by someone else
 (the wait ends ``Fenced``), or the wait fails and queueing again finds ZooKeeper away. A
@@ -18,6 +19,7 @@ import pytest
 from kazoo.exceptions import ConnectionLoss
 
 from coordinator import ZooKeeperCoordinator
+from coordinator import exclusive as exclusive_recipe
 from coordinator import leases as lease_recipes
 from tests.coordinator.conftest import WAIT_S
 from tests.coordinator.members import StartMember
@@ -90,5 +92,40 @@ def test_a_broken_lease_wait_is_queued_again_and_every_record_is_read(
     wait_until(
         lambda: wanted <= {(e.key, e.seq) for e in journal.snapshot() if e.kind == "E"},
         "A to process every record",
+        WAIT_S,
+    )
+
+
+def test_a_broken_wait_for_the_exclusive_lock_contends_again(
+    start: StartMember,
+    new_topic: object,
+    new_group: object,
+    kafka_bootstrap: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The one member of an exclusive group whose first wait for the lock fails (the session
+    alive) contends again and becomes active; before, it stayed a standby for good."""
+    acquire = exclusive_recipe.ExclusiveLock.acquire
+    broken: list[str] = []
+
+    def breaking_acquire(self: exclusive_recipe.ExclusiveLock, *args: Any, **kwargs: Any) -> Any:
+        if not broken:
+            broken.append(self.member_id)
+            raise RuntimeError("the wait broke")
+        return acquire(self, *args, **kwargs)
+
+    monkeypatch.setattr(exclusive_recipe.ExclusiveLock, "acquire", breaking_acquire)
+    topic = new_topic(1)  # type: ignore[operator]
+    group = new_group("lock-wait")  # type: ignore[operator]
+    keys = [f"k{i}".encode() for i in range(8)]
+    seq = Sequencer()
+    journal = Recorder(pid=1)
+    start(group, topic, journal, member="A", mode="exclusive")
+    wait_until(lambda: bool(broken), "the first wait for the lock to break", WAIT_S)
+    produce(kafka_bootstrap, topic, seq.records(keys, 3))
+    wanted = {(key, n) for key in keys for n in range(1, seq.counts[key] + 1)}
+    wait_until(
+        lambda: wanted <= {(e.key, e.seq) for e in journal.snapshot() if e.kind == "E"},
+        "A to become active and process every record",
         WAIT_S,
     )
