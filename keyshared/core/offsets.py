@@ -53,6 +53,7 @@ from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "MAX_RUNS",
     "METADATA_PREFIX",
     "Encoded",
     "decode_finished",
@@ -81,9 +82,14 @@ _CRC_BYTES = 4
 
 # Limits on what a decoder will expand, so a crafted or damaged string cannot exhaust memory. The
 # decoder keeps runs, never one int per offset, so a run may be as long as it likes; the number of
-# runs is what costs memory, and a real window has far fewer than this.
+# runs is what costs memory. The encoders keep to the same limits: a text the decoder refuses
+# would name nothing, and a reader would redo records whose outputs are committed. Runs are
+# finished stretches between unfinished or absent offsets (an upstream transaction's marker is
+# one): behind a key blocked for hours on a transactional input they can pass the limit.
 _MAX_BODY_BYTES = 1 << 20
 _MAX_RUNS = 1 << 18
+MAX_RUNS = _MAX_RUNS
+"""The most runs a text names: encoders name no more, decoders refuse more."""
 _MAX_OFFSET = (1 << 63) - 1  # Kafka offsets are signed 64-bit
 
 
@@ -137,6 +143,8 @@ def _above_cursor(
     runs = OffsetRuns.coerce(finished).from_floor(cursor + 1)
     if not runs:
         return runs, Encoded("", 0)
+    if len(runs.runs) > _MAX_RUNS:  # it may compress into max_bytes, but no reader takes it
+        return runs, None
     text = _encode_runs_text(cursor, runs.runs)
     return runs, (Encoded(text, 0) if len(text) <= max_bytes else None)
 
@@ -163,12 +171,21 @@ def _nearest_runs(
     return Encoded(best, len(runs) - kept)
 
 
-def encode_whole(cursor: int, finished: Iterable[int]) -> str:
-    """Every finished offset above ``cursor``, whatever the length: the value of a side
-    record, which has no metadata budget (runs keep it short: 200,000 finished offsets behind
-    one stuck record are a few bytes). ``""`` when nothing above the cursor is finished."""
+def encode_whole(cursor: int, finished: Iterable[int], max_bytes: int) -> str | None:
+    """Every finished offset above ``cursor``: the value of a side record, which has no
+    metadata budget (runs keep it short: 200,000 finished offsets behind one stuck record are
+    a few bytes). ``""`` when nothing above the cursor is finished.
+
+    ``None`` when the whole set cannot be written as one readable record: more than
+    :data:`MAX_RUNS` runs (a decoder would refuse it and name nothing), or longer than
+    ``max_bytes`` (the broker would refuse the record). Never a part of the set: a side
+    record that named less than the last one could un-name committed records. The caller
+    names less in a way that keeps what it named (see the exactly-once committer)."""
     runs = OffsetRuns.coerce(finished).from_floor(cursor + 1)
-    return _encode_runs_text(cursor, runs.runs)
+    if len(runs.runs) > _MAX_RUNS:
+        return None
+    text = _encode_runs_text(cursor, runs.runs)
+    return text if len(text) <= max_bytes else None
 
 
 def encode_linked(
@@ -284,14 +301,18 @@ def _fit(
     """
     best: tuple[int, str] | None = None
     start = max(sure, 0)
-    text = _encode_runs_text(cursor, candidate(start), link)
-    if len(text) <= max_bytes:  # always, for sure >= 0, by the arithmetic of _raw_budget
+    runs = candidate(start)
+    text = _encode_runs_text(cursor, runs, link)
+    if len(text) <= max_bytes and len(runs) <= _MAX_RUNS:  # by _raw_budget, for sure >= 0
         best = (start, text)
     for factor in (4, 2, 1.5):
         more = int(max(start, 1) * factor)
         if more <= start or more >= count or (best is None and more > 1):
             continue
-        candidate_text = _encode_runs_text(cursor, candidate(more), link)
+        runs = candidate(more)
+        if len(runs) > _MAX_RUNS:
+            continue
+        candidate_text = _encode_runs_text(cursor, runs, link)
         if len(candidate_text) <= max_bytes:
             best = (more, candidate_text)
             break

@@ -52,7 +52,29 @@ _TOPIC_CONFIG = {
     "segment.bytes": str(16 << 20),
 }
 _RETRY_S = 5.0  # a topic that could not be had is asked for again after this long
+# A side record the broker refused for what it is (no Write ACL, too large, a policy) is refused
+# again by the next transaction: each try costs an aborted transaction and a redo, so the topic
+# counts as unavailable this long (an operator's fix is picked up without a restart).
+_REFUSED_RETRY_S = 300.0
 _ADMIN_TIMEOUT_S = 10.0
+
+
+# What the broker or the client refuses a side record for, again at every try: the record itself
+# (too large), the member's rights, the topic's policy. Anything else (a timeout, a fence, a
+# broker away) is the transaction's failure: the normal abort and redo.
+_REFUSED_FOR_GOOD = frozenset(
+    (
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_MSG,
+        KafkaError.INVALID_MSG_SIZE,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_EXCEPTION,
+        KafkaError.POLICY_VIOLATION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    )
+)
 
 
 def topic_for(group: str) -> str:
@@ -86,6 +108,7 @@ class FinishedSets:
         self._admin: AdminClient | None = None
         self._ready = False
         self._failed_at = -_RETRY_S
+        self._refused_until = 0.0  # monotonic: side records refused for good until then
         self.written = 0  # side records committed (tests, logs)
 
     def ready(self) -> bool:
@@ -94,9 +117,11 @@ class FinishedSets:
 
         Caller: the committer, before a transaction that needs a side record.
         Affects: nothing but the topic's existence."""
+        now = time.monotonic()
+        if now < self._refused_until:
+            return False
         if self._ready:
             return True
-        now = time.monotonic()
         if now - self._failed_at < _RETRY_S:
             return False
         try:
@@ -135,6 +160,9 @@ class FinishedSets:
         their offsets are known).
 
         :raises KafkaException: a side record was not written; the transaction must abort.
+            When the broker refused it for what it is (not for its own state), :meth:`ready`
+            says no for ``_REFUSED_RETRY_S``: the committer's fallback then names less
+            instead of aborting every transaction.
         """
         long = [tp for tp in offsets if len(tp.metadata or "") > max_bytes]
         if not long:
@@ -148,18 +176,24 @@ class FinishedSets:
             else:
                 written[tp] = msg.offset()
 
-        for tp in long:
-            key = (tp.topic, tp.partition)
-            producer.produce(
-                self.topic,
-                value=str(tp.metadata).encode("ascii"),
-                key=record_key(key),
-                partition=0,
-                on_delivery=lambda err, msg, key=key: delivered(key, err, msg),
-            )
-        producer.flush(timeout)
+        try:
+            for tp in long:
+                key = (tp.topic, tp.partition)
+                producer.produce(
+                    self.topic,
+                    value=str(tp.metadata).encode("ascii"),
+                    key=record_key(key),
+                    partition=0,
+                    on_delivery=lambda err, msg, key=key: delivered(key, err, msg),
+                )
+            producer.flush(timeout)
+        except KafkaException as exc:  # refused before it left (too large, unknown topic)
+            if exc.args and isinstance(exc.args[0], KafkaError):
+                self._refused(exc.args[0])
+            raise
         if errors or len(written) < len(long):
             err = errors[0] if errors else KafkaError(KafkaError._TIMED_OUT)
+            self._refused(err)
             raise KafkaException(err)
         linked: list[TopicPartition] = []
         for tp in offsets:
@@ -172,6 +206,21 @@ class FinishedSets:
             linked.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata=text))
         self.written += len(written)
         return linked
+
+    def _refused(self, err: KafkaError) -> None:
+        """A side record refused for what it is turns the topic off for ``_REFUSED_RETRY_S``."""
+        if err.code() not in _REFUSED_FOR_GOOD:
+            return
+        self._refused_until = time.monotonic() + _REFUSED_RETRY_S
+        self._ready = False
+        log.error(
+            "the broker refused a side record of %r (%s): for the next %.0f s, commits whose "
+            "finished set does not fit the offset metadata name only what fits, and the "
+            "other outputs wait (grant this member Write on the topic, or check its limits)",
+            self.topic,
+            err,
+            _REFUSED_RETRY_S,
+        )
 
     def expand(
         self, starts: dict[TP, tuple[int | None, str]], timeout: float

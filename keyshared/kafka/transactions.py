@@ -65,6 +65,7 @@ from confluent_kafka import (
 )
 
 from keyshared.core.offsets import (
+    MAX_RUNS,
     Encoded,
     decode_finished,
     encode_monotone,
@@ -111,6 +112,7 @@ _OFFSETS_WATCHDOG = 15.0
 _OFFSETS_CALL_TIMEOUT = 10.0
 _METADATA_TIMEOUT = 5.0
 _MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default
+_SIDE_RECORD_ROOM = 4096  # a side record's key (topic name) and record framing
 _MAX_PROBES = 100  # suspect records probed after one failed transaction (the rest: next time)
 _FENCE_WINDOW = 60.0  # seconds: a second fence within it is another live holder of the id
 _FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
@@ -215,6 +217,10 @@ class TransactionalCommitter(Committer):
         super().__init__(consumer, metrics, dispatcher, self._lookup_state)
         self._max_transaction_bytes = max_transaction_bytes
         self._finished_sets = finished_sets
+        # A side record is one message: the producer's limit, less room for key and framing.
+        self._side_max_bytes = int(producer_config.get("message.max.bytes", _MESSAGE_MAX_BYTES))
+        self._side_max_bytes -= _SIDE_RECORD_ROOM
+        self._warned: set[tuple[str, TP]] = set()  # (reason, partition) logged once
         self._producer_config = producer_config
         self._reset_to_end = reset_to_end
         self._on_fenced = on_fenced
@@ -254,7 +260,42 @@ class TransactionalCommitter(Committer):
             return encoded
         if self._finished_sets is None:
             return self._monotone(state, cursor, finished)
-        return Encoded(encode_whole(cursor, finished), 0)
+        whole = encode_whole(cursor, finished, self._side_max_bytes)
+        if whole is not None:
+            return Encoded(whole, 0)
+        self._once(
+            "fragmented",
+            state,
+            "%s: the finished set above %d is too fragmented for one side record (more than "
+            "%d runs or %d bytes): commits keep naming what they named, and the outputs of "
+            "records finished since wait for the blocked key",
+            cursor,
+            MAX_RUNS,
+            self._side_max_bytes,
+        )
+        return self._beyond_side_record(state, cursor, finished)
+
+    def _beyond_side_record(
+        self, state: PartitionState, cursor: int, finished: OffsetRuns
+    ) -> Encoded:
+        """For a finished set no side record will hold: what the last commit named and
+        nothing more. A last commit that linked a side record is committed again as it was
+        (same link: the record stays its key's latest, so compaction keeps it), at the new
+        cursor; one that named everything in its metadata is kept by :meth:`_monotone`. The
+        newly finished records' outputs wait until the set shrinks (the blocked key moves
+        on) or a restart redoes them, as they waited before side records."""
+        previous = state.committed_metadata
+        if linked_record(previous) is not None:
+            return Encoded(previous, len(finished.from_floor(cursor + 1)))
+        return self._monotone(state, cursor, finished)
+
+    def _once(self, reason: str, state: PartitionState, message: str, *args: Any) -> None:
+        """Log ``message`` at error the first time ``reason`` holds a partition back: it then
+        holds on every commit interval, and ``keyshared_commits_total{outcome="failed"}`` or
+        the held-output gauges say for how long."""
+        if (reason, state.tp) not in self._warned:
+            self._warned.add((reason, state.tp))
+            log.error(message, state, *args)
 
     def _monotone(self, state: PartitionState, cursor: int, finished: OffsetRuns) -> Encoded:
         """Never un-name an offset the partition's last committed metadata named: its
@@ -393,8 +434,6 @@ class TransactionalCommitter(Committer):
         if not self._dead_letter_topics_ready(states, taken):
             return False
         sided = self._side_records_ready(states, offsets, taken)
-        if sided is None:
-            return False
         batches = self._batches(states, sided, taken)
         for i, (batch_states, batch_offsets, batch_taken) in enumerate(batches):
             if not self._transact_one(batch_states, batch_offsets, batch_taken):
@@ -539,13 +578,16 @@ class TransactionalCommitter(Committer):
 
     def _side_records_ready(
         self, states: list[PartitionState], offsets: list[TopicPartition], taken: Taken
-    ) -> list[TopicPartition] | None:
+    ) -> list[TopicPartition]:
         """The commits to send, once the side topic their overflowing finished sets need is
-        there. Without it, a partition whose last commit named everything in its metadata
-        falls back to :meth:`_monotone` (its other outputs wait, as without a side topic);
-        one whose last commit linked a side record (or resumed from one) cannot be named
-        monotonically in 4 KB, so the commit is held whole, like a missing DLQ topic, and
-        retried (None)."""
+        there. Without it (missing, or refusing side records), each overflowing partition
+        names what its last commit named and what else fits (:meth:`_beyond_side_record`):
+        its other outputs wait. A partition whose last commit cannot be named again in the
+        metadata (a whole set read back from a side record) keeps that commit: it is left out
+        of this transaction, its outputs go back to wait, and the other partitions commit.
+
+        Caller: :meth:`_transact`, after the offsets and outputs are taken.
+        Affects: ``taken`` (a held partition's outputs leave it) and ``commit_sent``."""
         budget = self._max_metadata_bytes
         if all(len(tp.metadata or "") <= budget for tp in offsets):
             return offsets
@@ -553,29 +595,39 @@ class TransactionalCommitter(Committer):
             return offsets
         by_tp = {state.tp: state for state in states}
         result: list[TopicPartition] = []
+        held: list[PartitionState] = []
         for tp in offsets:
             state = by_tp.get((tp.topic, tp.partition))
             if len(tp.metadata or "") <= budget or state is None:
                 result.append(tp)
                 continue
-            previous = state.committed_metadata
-            if len(previous) > budget or linked_record(previous) is not None:
-                self._metrics.commit(False)
-                self._dispatcher.return_outputs(taken)
-                for held in states:
-                    held.commit_sent = None  # resend on the next try
-                log.error(
-                    "%s: the finished set above %d outgrew the commit metadata again and the "
-                    "finished-set topic cannot be written: holding the commit",
-                    state,
-                    tp.offset,
-                )
-                return None
             finished = decode_finished(tp.offset, tp.metadata)
-            text = self._monotone(state, tp.offset, finished).text
+            text = self._beyond_side_record(state, tp.offset, finished).text
+            unchanged = (tp.offset, text) == (state.committed, state.committed_metadata)
+            if len(text) > budget or unchanged:  # nothing this commit could add
+                held.append(state)
+                continue
             state.commit_sent = (tp.offset, text)
             result.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata=text))
+        if held:
+            self._hold(held, taken)
         return result
+
+    def _hold(self, held: list[PartitionState], taken: Taken) -> None:
+        """Leave ``held`` out of this transaction: their last commit stands, their outputs
+        wait in the dispatcher, and the next commit tries them again."""
+        ids = {id(state) for state in held}
+        self._dispatcher.return_outputs([t for t in taken if id(t[0]) in ids])
+        taken[:] = [t for t in taken if id(t[0]) not in ids]
+        self._metrics.commit(False)
+        for state in held:
+            state.commit_sent = None
+            self._once(
+                "held",
+                state,
+                "%s: the finished set outgrew the commit metadata again and the finished-set "
+                "topic cannot be written: holding the partition's commit (its last one stands)",
+            )
 
     def _covered(self, taken: Taken) -> list[tuple[Source, OutputMessage]]:
         """The outputs whose records the offsets about to be committed mark finished, in
