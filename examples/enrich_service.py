@@ -173,8 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--payments", type=int, default=2000)
     parser.add_argument("--bad-every", type=int, default=500)
     parser.add_argument("--workers", type=int, default=32)
-    parser.add_argument("--zookeeper", default=os.environ.get("KEYSHARED_ZOOKEEPER"),
-                        help="exclusive mode: an active member and a standby, with a hand-over")
+    parser.add_argument(
+        "--zookeeper",
+        default=os.environ.get("KEYSHARED_ZOOKEEPER"),
+        help="exclusive mode: an active member and a standby, with a hand-over",
+    )
     args = parser.parse_args(argv)
     if args.zookeeper:
         args.bad_every = 0

@@ -272,3 +272,16 @@ def _render_live(console: Console, live: dict[str, object]) -> None:
     if isinstance(holds, dict):
         shown = ", ".join(f"{name} ({float(age):.1f}s)" for name, age in sorted(holds.items()))
         console.print(f"Holds on dispatch: {shown or 'none'}")
+    holdings = live.get("holdings")
+    if isinstance(holdings, list) and "ready" in live:
+        console.print(f"Holdings: {_holdings(holdings) or 'none'}")
+
+
+def _holdings(holdings: list[Any]) -> str:
+    """``name phase (age)`` for each lease, range or lock; ``gone`` marks one whose znode went
+    (kept only while its handlers run)."""
+    shown = []
+    for h in holdings:
+        gone = "" if h.get("alive", True) else ", gone"
+        shown.append(f"{h.get('name')} {h.get('phase')} ({float(h.get('age', 0)):.1f}s{gone})")
+    return ", ".join(shown)

@@ -59,6 +59,7 @@ class HealthView:
             stuck=aged,
             stuck_after=self._options.stuck_after,
             holds=self._holds(),
+            holdings=self._loop.membership.holding_views(),
         )
 
     def _role(self) -> Role:

@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from keyshared.core.holding import HoldingView
+
 __all__ = ["ProbeVerdict", "Role", "StuckPartition", "liveness", "readiness", "stuck_partitions"]
 
 
@@ -122,6 +124,7 @@ def readiness(
     stuck: Sequence[StuckPartition],
     stuck_after: float,
     holds: Mapping[str, float] | None = None,
+    holdings: Sequence[HoldingView] = (),
 ) -> ProbeVerdict:
     """Ready when live, joined (or a healthy standby), not stopping, nothing is stuck, and
     dispatch is not held for long.
@@ -132,6 +135,9 @@ def readiness(
         than ``stuck_after`` make the member not ready.
     :param holds: the holds on dispatch in place and their ages; one older than
         ``stuck_after`` makes the member not ready (it starts nothing), and each is named.
+    :param holdings: what the member wants, holds or hands back, each with its phase: shown
+        (name, phase, seconds in it, whether its znode stands), never a reason by itself (a
+        lease waiting long for another member's drain is that member's problem).
     """
     reasons = list(liveness(now, last_iteration, wedged_after).reasons)
     if role not in _READY_ROLES:
@@ -153,5 +159,6 @@ def readiness(
             for s in late
         ],
         "holds": {name: round(age, 1) for name, age in sorted(holds.items())},
+        "holdings": [view.describe(now) for view in holdings],
     }
     return ProbeVerdict(not reasons, tuple(reasons), details)

@@ -29,10 +29,11 @@ Pure: no clock, no I/O, no threads. ``running`` (calls of the holding's keys sti
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["Holding", "HoldingError", "Phase", "Step"]
+__all__ = ["Holding", "HoldingError", "HoldingView", "Phase", "Step", "count_phases"]
 
 
 class Phase(Enum):
@@ -152,3 +153,39 @@ class Holding:
     def _expect(self, phase: Phase, what: str) -> None:
         if self.phase is not phase:
             raise HoldingError(f"{self.name}: cannot {what} in phase {self.phase.value}")
+
+
+@dataclass(frozen=True)
+class HoldingView:
+    """One holding as an operator sees it, frozen: probes, ``keyshared status`` and metrics
+    read these from threads of their own while the poll thread moves the holding on.
+
+    :param name: what it is (``topic@p``, ``lo-hi``, ``active``).
+    :param phase: its phase when the view was taken.
+    :param since: when it entered that phase (the owner's clock, monotonic seconds).
+    :param alive: False once its znode is gone (kept only while its stragglers run).
+    """
+
+    name: str
+    phase: Phase
+    since: float
+    alive: bool = True
+
+    def describe(self, now: float) -> dict[str, object]:
+        """The JSON form served by ``/readyz``: name, phase, seconds in it, whether its znode
+        still stands."""
+        return {
+            "name": self.name,
+            "phase": self.phase.value,
+            "age": round(max(0.0, now - self.since), 1),
+            "alive": self.alive,
+        }
+
+
+def count_phases(views: Sequence[HoldingView]) -> dict[Phase, int]:
+    """How many of ``views`` are in each phase, every phase present (0 included), so that a
+    gauge per phase reads 0 rather than keeping its last value when the phase empties."""
+    counts = dict.fromkeys(Phase, 0)
+    for view in views:
+        counts[view.phase] += 1
+    return counts

@@ -19,9 +19,15 @@ Format: ``"ks1:" + base85(payload)``, where the payload is::
     version byte (1) | flags byte | zigzag varint base | body | CRC-32 of everything before it
 
 ``base`` is the cursor the set was encoded against, and offsets are stored relative to it, so a
-reader given a later cursor can still use the metadata. The body is whichever is smaller of a run
-list (varint pairs: gap before the run, run length - 1) and a bitset (bit ``i`` = offset
-``base + 1 + i``), zlib-compressed when that helps; the flags byte says which. Kafka's
+reader given a later cursor can still use the metadata. Version 2 (:func:`encode_linked`) adds a
+varint *link* after the base: the offset of a record elsewhere (exactly-once's side record, see
+:mod:`keyshared.kafka.finished_sets`) that holds the whole finished set when it does not fit here;
+the body then names the runs nearest the cursor, as version 1 does when it overflows. A version 1
+reader decodes version 2 as empty (it redoes, which is always safe).
+
+The body is whichever is smaller of a run list (varint pairs: gap before the run, run
+length - 1) and a bitset (bit ``i`` = offset ``base + 1 + i``), zlib-compressed when that helps;
+the flags byte says which. Kafka's
 ``offset.metadata.max.bytes`` defaults to 4096, so encoding targets 4000 by default.
 
 Example::
@@ -47,13 +53,17 @@ from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "MAX_RUNS",
     "METADATA_PREFIX",
     "Encoded",
     "decode_finished",
     "encode_finished",
+    "encode_linked",
     "encode_monotone",
+    "encode_whole",
     "encode_within",
     "is_keyshared_metadata",
+    "linked_record",
 ]
 
 METADATA_PREFIX = "ks1:"
@@ -63,6 +73,7 @@ DEFAULT_MAX_BYTES = 4000
 """Kafka's ``offset.metadata.max.bytes`` is 4096 by default; keep a little headroom below it."""
 
 _VERSION = 1
+_VERSION_LINKED = 2
 _KIND_RUNS = 0
 _KIND_BITSET = 1
 _KIND_MASK = 0x03
@@ -71,9 +82,14 @@ _CRC_BYTES = 4
 
 # Limits on what a decoder will expand, so a crafted or damaged string cannot exhaust memory. The
 # decoder keeps runs, never one int per offset, so a run may be as long as it likes; the number of
-# runs is what costs memory, and a real window has far fewer than this.
+# runs is what costs memory. The encoders keep to the same limits: a text the decoder refuses
+# would name nothing, and a reader would redo records whose outputs are committed. Runs are
+# finished stretches between unfinished or absent offsets (an upstream transaction's marker is
+# one): behind a key blocked for hours on a transactional input they can pass the limit.
 _MAX_BODY_BYTES = 1 << 20
 _MAX_RUNS = 1 << 18
+MAX_RUNS = _MAX_RUNS
+"""The most runs a text names: encoders name no more, decoders refuse more."""
 _MAX_OFFSET = (1 << 63) - 1  # Kafka offsets are signed 64-bit
 
 
@@ -127,14 +143,18 @@ def _above_cursor(
     runs = OffsetRuns.coerce(finished).from_floor(cursor + 1)
     if not runs:
         return runs, Encoded("", 0)
+    if len(runs.runs) > _MAX_RUNS:  # it may compress into max_bytes, but no reader takes it
+        return runs, None
     text = _encode_runs_text(cursor, runs.runs)
     return runs, (Encoded(text, 0) if len(text) <= max_bytes else None)
 
 
-def _nearest_runs(cursor: int, runs: OffsetRuns, max_bytes: int) -> Encoded:
+def _nearest_runs(
+    cursor: int, runs: OffsetRuns, max_bytes: int, link: int | None = None
+) -> Encoded:
     """The runs nearest the cursor that fit, for ``runs`` whose whole encoding does not."""
     all_runs = runs.runs
-    budget = _raw_budget(max_bytes)
+    budget = _raw_budget(max_bytes) - (0 if link is None else _varint_len(link))
     count = used = 0
     expected = cursor + 1
     for start, end in all_runs:
@@ -143,10 +163,45 @@ def _nearest_runs(cursor: int, runs: OffsetRuns, max_bytes: int) -> Encoded:
             break
         count += 1
         expected = end + 1
-    fitted = _fit(cursor, len(all_runs), lambda j: all_runs[:j], count, max_bytes)
+    fitted = _fit(cursor, len(all_runs), lambda j: all_runs[:j], count, max_bytes, link)
+    if fitted is None and link is not None:
+        fitted = (0, _encode_runs_text(cursor, (), link))
     best_count, best = fitted or (0, "")
     kept = sum(end - start for start, end in all_runs[:best_count])
     return Encoded(best, len(runs) - kept)
+
+
+def encode_whole(cursor: int, finished: Iterable[int], max_bytes: int) -> str | None:
+    """Every finished offset above ``cursor``: the value of a side record, which has no
+    metadata budget (runs keep it short: 200,000 finished offsets behind one stuck record are
+    a few bytes). ``""`` when nothing above the cursor is finished.
+
+    ``None`` when the whole set cannot be written as one readable record: more than
+    :data:`MAX_RUNS` runs (a decoder would refuse it and name nothing), or longer than
+    ``max_bytes`` (the broker would refuse the record). Never a part of the set: a side
+    record that named less than the last one could un-name committed records. The caller
+    names less in a way that keeps what it named (see the exactly-once committer)."""
+    runs = OffsetRuns.coerce(finished).from_floor(cursor + 1)
+    if len(runs.runs) > _MAX_RUNS:
+        return None
+    text = _encode_runs_text(cursor, runs.runs)
+    return text if len(text) <= max_bytes else None
+
+
+def encode_linked(
+    cursor: int, finished: Iterable[int], link: int, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Encoded:
+    """Metadata that points at a record holding the whole finished set (``link``: its offset
+    in the side topic), and names the runs nearest the cursor as far as they fit.
+
+    Why the runs too: a tool that reads only the commit (``keyshared status``, an older
+    reader's redo) still sees the nearest part; the owner that resumes reads the side record.
+    ``left_out`` counts what only the side record names.
+    """
+    if link < 0:
+        raise ValueError(f"a link is a record offset, not {link}")
+    runs = OffsetRuns.coerce(finished).from_floor(cursor + 1)
+    return _nearest_runs(cursor, runs, max_bytes, link)
 
 
 def encode_monotone(
@@ -235,6 +290,7 @@ def _fit(
     candidate: Callable[[int], Sequence[tuple[int, int]]],
     sure: int,
     max_bytes: int,
+    link: int | None = None,
 ) -> tuple[int, str] | None:
     """The largest ``j`` (of a handful tried) whose ``candidate(j)`` encodes within
     ``max_bytes``, with its text; ``sure`` fits uncompressed (-1: none is known to).
@@ -245,14 +301,18 @@ def _fit(
     """
     best: tuple[int, str] | None = None
     start = max(sure, 0)
-    text = _encode_runs_text(cursor, candidate(start))
-    if len(text) <= max_bytes:  # always, for sure >= 0, by the arithmetic of _raw_budget
+    runs = candidate(start)
+    text = _encode_runs_text(cursor, runs, link)
+    if len(text) <= max_bytes and len(runs) <= _MAX_RUNS:  # by _raw_budget, for sure >= 0
         best = (start, text)
     for factor in (4, 2, 1.5):
         more = int(max(start, 1) * factor)
         if more <= start or more >= count or (best is None and more > 1):
             continue
-        candidate_text = _encode_runs_text(cursor, candidate(more))
+        runs = candidate(more)
+        if len(runs) > _MAX_RUNS:
+            continue
+        candidate_text = _encode_runs_text(cursor, runs, link)
         if len(candidate_text) <= max_bytes:
             best = (more, candidate_text)
             break
@@ -263,12 +323,12 @@ def _varint_len(value: int) -> int:
     return max(1, (value.bit_length() + 6) // 7)
 
 
-def _encode_runs_text(cursor: int, runs: Sequence[tuple[int, int]]) -> str:
-    if not runs:
+def _encode_runs_text(cursor: int, runs: Sequence[tuple[int, int]], link: int | None = None) -> str:
+    if not runs and link is None:
         return ""
     body_runs = _encode_runs(cursor, runs)
     candidates = [(_KIND_RUNS, body_runs)]
-    span_bytes = (runs[-1][1] - 1 - cursor + 7) // 8
+    span_bytes = (runs[-1][1] - 1 - cursor + 7) // 8 if runs else 0
     # A bitset whose raw size is far above the run list's can only win on extremely regular
     # data that compresses as well in run form, so it is not worth allocating.
     if span_bytes <= 4 * len(body_runs):
@@ -280,8 +340,10 @@ def _encode_runs_text(cursor: int, runs: Sequence[tuple[int, int]]) -> str:
             packed = zlib.compress(raw, 6)  # 9 took 2-3x longer for a few bytes
             options.append((len(packed), kind | _COMPRESSED, packed))
     _, flags, body = min(options, key=lambda option: option[0])
-    payload = bytearray((_VERSION, flags))
+    payload = bytearray((_VERSION if link is None else _VERSION_LINKED, flags))
     _put_varint(payload, _zigzag(cursor))
+    if link is not None:
+        _put_varint(payload, link)
     payload += body
     payload += zlib.crc32(payload).to_bytes(_CRC_BYTES, "little")
     return METADATA_PREFIX + base64.b85encode(bytes(payload)).decode("ascii")
@@ -308,16 +370,43 @@ def is_keyshared_metadata(metadata: str | None) -> bool:
     return isinstance(metadata, str) and metadata.startswith(METADATA_PREFIX)
 
 
-def _decode(cursor: int, metadata: str) -> OffsetRuns:
+def _checked(metadata: str) -> bytes | None:
+    """The payload of ``metadata`` without its CRC, or None when it is not one (damaged,
+    foreign version)."""
     payload = base64.b85decode(metadata[len(METADATA_PREFIX) :])
-    if len(payload) < 2 + 1 + _CRC_BYTES or payload[0] != _VERSION:
-        return EMPTY_RUNS
+    if len(payload) < 2 + 1 + _CRC_BYTES or payload[0] not in (_VERSION, _VERSION_LINKED):
+        return None
     content, crc = payload[:-_CRC_BYTES], payload[-_CRC_BYTES:]
     if zlib.crc32(content).to_bytes(_CRC_BYTES, "little") != crc:
+        return None
+    return content
+
+
+def linked_record(metadata: str | None) -> int | None:
+    """The link of version 2 metadata (see :func:`encode_linked`); None for any other string.
+    Never raises."""
+    if not is_keyshared_metadata(metadata):
+        return None
+    try:
+        content = _checked(str(metadata))
+        if content is None or content[0] != _VERSION_LINKED:
+            return None
+        _, position = _get_varint(content, 2)
+        link, _ = _get_varint(content, position)
+    except Exception:
+        return None
+    return link
+
+
+def _decode(cursor: int, metadata: str) -> OffsetRuns:
+    content = _checked(metadata)
+    if content is None:
         return EMPTY_RUNS
     flags = content[1]
     zigzag_base, position = _get_varint(content, 2)
     base = _unzigzag(zigzag_base)
+    if content[0] == _VERSION_LINKED:
+        _, position = _get_varint(content, position)
     if cursor < base:
         return EMPTY_RUNS
     body = content[position:]

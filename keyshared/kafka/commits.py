@@ -86,7 +86,10 @@ class Committer:
             metadata = ""
             if finished:
                 encoded = self._encode(state, cursor, finished)
-                self._metrics.metadata(len(encoded.text), bool(encoded.left_out), encoded.left_out)
+                # Longer than the budget: exactly-once's whole set, for a side record.
+                overflowed = bool(encoded.left_out) or len(encoded.text) > self._max_metadata_bytes
+                size = min(len(encoded.text), self._max_metadata_bytes)
+                self._metrics.metadata(size, overflowed, encoded.left_out)
                 if encoded.left_out and not state.metadata_overflow_logged:
                     state.metadata_overflow_logged = True  # once per partition assignment
                     log.warning(

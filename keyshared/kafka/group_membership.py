@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from keyshared.core.health import Role
+from keyshared.core.holding import HoldingView
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents
 
@@ -58,3 +59,7 @@ class KafkaGroupMembership:
     def role(self) -> Role:
         """A member once the group's first assignment arrived (possibly empty)."""
         return Role.MEMBER if self._joined else Role.JOINING
+
+    def holding_views(self) -> tuple[HoldingView, ...]:
+        """Nothing: without a coordinator, Kafka's group owns the partitions."""
+        return ()

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from keyshared.core.health import Role
+from keyshared.core.holding import HoldingView
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.runtime.control import DispatchControl, Ownership
 
@@ -114,6 +115,12 @@ class GroupMembership(Protocol):
 
     def role(self) -> Role:
         """Where the member stands, for ``/readyz`` (joining, member, standby, fenced...)."""
+        ...
+
+    def holding_views(self) -> tuple[HoldingView, ...]:
+        """What the member wants, holds or hands back (leases, ranges, the exclusive lock), each
+        with its phase, for ``/readyz`` and ``keyshared status``; read from the endpoint's
+        thread (a published copy). Empty without a coordinator."""
         ...
 
 

@@ -14,10 +14,14 @@ produces more than the bound within ``transaction_timeout``.
 
 Outputs are produced only inside :meth:`TransactionalCommitter._transact`, never between
 commits, so an open transaction only ever holds what the offsets in it cover. Outputs of a
-record whose offset does not fit the commit metadata (the metadata overflowed) stay for a
-later transaction, whose cursor or metadata covers it; and no later metadata leaves out an
-offset an earlier committed one named (:func:`~keyshared.core.offsets.encode_monotone`), or
-the next owner would run that record again and commit its outputs twice.
+record go out with the transaction whose offsets name it. When the finished set above a cursor
+outgrows the commit metadata, the transaction also writes the whole set as a side record
+(:mod:`keyshared.kafka.finished_sets`) and the metadata links it, so every finished record's
+outputs still go out with the next transaction. Without a side topic, outputs the metadata
+cannot name wait for a later transaction whose cursor or metadata covers them, and no later
+metadata leaves out an offset an earlier committed one named
+(:func:`~keyshared.core.offsets.encode_monotone`): the next owner would run that record again
+and commit its outputs twice.
 
 A transaction that fails is aborted (or, when the producer is unusable or the outcome is
 unknown, a new producer with the same ``transactional.id`` settles it: ``init_transactions``
@@ -60,7 +64,15 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from keyshared.core.offsets import Encoded, decode_finished, encode_monotone
+from keyshared.core.offsets import (
+    MAX_RUNS,
+    Encoded,
+    decode_finished,
+    encode_monotone,
+    encode_whole,
+    encode_within,
+    linked_record,
+)
 from keyshared.core.runs import OffsetRuns
 from keyshared.core.types import TP
 from keyshared.errors import ConfigurationError, KeySharedError
@@ -71,6 +83,7 @@ from keyshared.kafka.active_role import (
 )
 from keyshared.kafka.client_config import KEYED_PRODUCER, client_properties
 from keyshared.kafka.commits import Committer
+from keyshared.kafka.finished_sets import FinishedSets
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.output_rules import OutputRules
 from keyshared.kafka.seams import MembershipEvents
@@ -99,6 +112,7 @@ _OFFSETS_WATCHDOG = 15.0
 _OFFSETS_CALL_TIMEOUT = 10.0
 _METADATA_TIMEOUT = 5.0
 _MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default
+_SIDE_RECORD_ROOM = 4096  # a side record's key (topic name) and record framing
 _MAX_PROBES = 100  # suspect records probed after one failed transaction (the rest: next time)
 _FENCE_WINDOW = 60.0  # seconds: a second fence within it is another live holder of the id
 _FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
@@ -198,9 +212,15 @@ class TransactionalCommitter(Committer):
         on_fenced: Callable[[], None] | None = None,
         role: bool = False,
         max_transaction_bytes: int = ConsumerOptions.max_held_output_bytes,
+        finished_sets: FinishedSets | None = None,
     ) -> None:
         super().__init__(consumer, metrics, dispatcher, self._lookup_state)
         self._max_transaction_bytes = max_transaction_bytes
+        self._finished_sets = finished_sets
+        # A side record is one message: the producer's limit, less room for key and framing.
+        self._side_max_bytes = int(producer_config.get("message.max.bytes", _MESSAGE_MAX_BYTES))
+        self._side_max_bytes -= _SIDE_RECORD_ROOM
+        self._warned: set[tuple[str, TP]] = set()  # (reason, partition) logged once
         self._producer_config = producer_config
         self._reset_to_end = reset_to_end
         self._on_fenced = on_fenced
@@ -231,10 +251,67 @@ class TransactionalCommitter(Committer):
     _left_out_means = "their outputs wait until a commit can name them or the cursor passes them"
 
     def _encode(self, state: PartitionState, cursor: int, finished: OffsetRuns) -> Encoded:
+        """The whole finished set: in the metadata when it fits, else (longer than the
+        metadata's budget) for the transaction to put in a side record and link
+        (:meth:`_side_records_ready`, :meth:`FinishedSets.link`). Without a side topic,
+        :meth:`_monotone`."""
+        encoded = encode_within(cursor, finished, self._max_metadata_bytes)
+        if not encoded.left_out:
+            return encoded
+        if self._finished_sets is None:
+            return self._monotone(state, cursor, finished)
+        whole = encode_whole(cursor, finished, self._side_max_bytes)
+        if whole is not None:
+            return Encoded(whole, 0)
+        self._once(
+            "fragmented",
+            state,
+            "%s: the finished set above %d is too fragmented for one side record (more than "
+            "%d runs or %d bytes): commits keep naming what they named, and the outputs of "
+            "records finished since wait for the blocked key",
+            cursor,
+            MAX_RUNS,
+            self._side_max_bytes,
+        )
+        return self._beyond_side_record(state, cursor, finished)
+
+    def _beyond_side_record(
+        self, state: PartitionState, cursor: int, finished: OffsetRuns
+    ) -> Encoded:
+        """For a finished set no side record will hold: what the last commit named and
+        nothing more. A last commit that linked a side record is committed again as it was
+        (same link: the record stays its key's latest, so compaction keeps it), at the new
+        cursor; one that named everything in its metadata is kept by :meth:`_monotone`. The
+        newly finished records' outputs wait until the set shrinks (the blocked key moves
+        on) or a restart redoes them, as they waited before side records."""
+        previous = state.committed_metadata
+        if linked_record(previous) is not None:
+            return Encoded(previous, len(finished.from_floor(cursor + 1)))
+        return self._monotone(state, cursor, finished)
+
+    def _once(self, reason: str, state: PartitionState, message: str, *args: Any) -> None:
+        """Log ``message`` at error the first time ``reason`` holds a partition back: it then
+        holds on every commit interval, and ``keyshared_commits_total{outcome="failed"}`` or
+        the held-output gauges say for how long."""
+        if (reason, state.tp) not in self._warned:
+            self._warned.add((reason, state.tp))
+            log.error(message, state, *args)
+
+    def _monotone(self, state: PartitionState, cursor: int, finished: OffsetRuns) -> Encoded:
         """Never un-name an offset the partition's last committed metadata named: its
         outputs are committed, and the next owner (or a redo) would run the record again
         if this commit left it out. What no longer fits waits, outputs included."""
         return encode_monotone(cursor, finished, state.committed_metadata, self._max_metadata_bytes)
+
+    def starting_points(
+        self, partitions: list[TP], timeout: float
+    ) -> dict[TP, tuple[int | None, str]]:
+        """The committed offsets and metadata, a linked metadata replaced by the whole
+        finished set of its side record: what the last transaction committed outputs for."""
+        starts = super().starting_points(partitions, timeout)
+        if self._finished_sets is None:
+            return starts
+        return self._finished_sets.expand(starts, timeout)
 
     def bind(self, events: MembershipEvents) -> None:
         self._events = events
@@ -356,7 +433,8 @@ class TransactionalCommitter(Committer):
         offsets = self._offsets(states, skip_unchanged, taken)
         if not self._dead_letter_topics_ready(states, taken):
             return False
-        batches = self._batches(states, offsets, taken)
+        sided = self._side_records_ready(states, offsets, taken)
+        batches = self._batches(states, sided, taken)
         for i, (batch_states, batch_offsets, batch_taken) in enumerate(batches):
             if not self._transact_one(batch_states, batch_offsets, batch_taken):
                 rest = batches[i + 1 :]
@@ -419,6 +497,10 @@ class TransactionalCommitter(Committer):
             self._producer.begin_transaction()
             for source, message in outputs:
                 self._produce(message, functools.partial(self._delivered, source))
+            if self._finished_sets is not None:
+                offsets = self._finished_sets.link(
+                    self._producer, offsets, self._max_metadata_bytes, _OFFSETS_CALL_TIMEOUT
+                )
             if offsets:
                 self._send_offsets(offsets)
             self._commit()
@@ -493,6 +575,59 @@ class TransactionalCommitter(Committer):
                     state.commit_sent = None  # resend on the next try
                 return False
         return True
+
+    def _side_records_ready(
+        self, states: list[PartitionState], offsets: list[TopicPartition], taken: Taken
+    ) -> list[TopicPartition]:
+        """The commits to send, once the side topic their overflowing finished sets need is
+        there. Without it (missing, or refusing side records), each overflowing partition
+        names what its last commit named and what else fits (:meth:`_beyond_side_record`):
+        its other outputs wait. A partition whose last commit cannot be named again in the
+        metadata (a whole set read back from a side record) keeps that commit: it is left out
+        of this transaction, its outputs go back to wait, and the other partitions commit.
+
+        Caller: :meth:`_transact`, after the offsets and outputs are taken.
+        Affects: ``taken`` (a held partition's outputs leave it) and ``commit_sent``."""
+        budget = self._max_metadata_bytes
+        if all(len(tp.metadata or "") <= budget for tp in offsets):
+            return offsets
+        if self._finished_sets is not None and self._finished_sets.ready():
+            return offsets
+        by_tp = {state.tp: state for state in states}
+        result: list[TopicPartition] = []
+        held: list[PartitionState] = []
+        for tp in offsets:
+            state = by_tp.get((tp.topic, tp.partition))
+            if len(tp.metadata or "") <= budget or state is None:
+                result.append(tp)
+                continue
+            finished = decode_finished(tp.offset, tp.metadata)
+            text = self._beyond_side_record(state, tp.offset, finished).text
+            unchanged = (tp.offset, text) == (state.committed, state.committed_metadata)
+            if len(text) > budget or unchanged:  # nothing this commit could add
+                held.append(state)
+                continue
+            state.commit_sent = (tp.offset, text)
+            result.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata=text))
+        if held:
+            self._hold(held, taken)
+        return result
+
+    def _hold(self, held: list[PartitionState], taken: Taken) -> None:
+        """Leave ``held`` out of this transaction: their last commit stands, their outputs
+        wait in the dispatcher, and the next commit tries them again."""
+        ids = {id(state) for state in held}
+        self._dispatcher.return_outputs([t for t in taken if id(t[0]) in ids])
+        taken[:] = [t for t in taken if id(t[0]) not in ids]
+        self._metrics.commit(False)
+        for state in held:
+            state.commit_sent = None
+            self._once(
+                "held",
+                state,
+                "%s: the finished set outgrew the commit metadata again and the finished-set "
+                "topic cannot be written: holding the partition's commit (its last one stands)",
+            )
 
     def _covered(self, taken: Taken) -> list[tuple[Source, OutputMessage]]:
         """The outputs whose records the offsets about to be committed mark finished, in
@@ -869,4 +1004,5 @@ def transactional_store(
         on_fenced=on_fenced,
         role=active_role,
         max_transaction_bytes=options.max_held_output_bytes,
+        finished_sets=FinishedSets(kafka_config, group),
     )

@@ -12,10 +12,14 @@ Example::
     metrics.owned("orders", ranges=2, slots=21845)
     metrics.pending_drains(1)
     metrics.handover_waited(0.8)
+    metrics.holdings("key_shared", {Phase.ACTIVE: 2, Phase.WAITING: 1})
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from keyshared.core.holding import Phase
 from keyshared.metrics.families import COORDINATOR_FAMILIES, SESSION_STATES, coordinator
 
 __all__ = ["CoordinatorMetrics"]
@@ -41,6 +45,7 @@ class CoordinatorMetrics:
         self._handover = coordinator.handover_wait_seconds.labels(group, member)
         self._losses = coordinator.session_losses.labels(group, member)
         self._fencing = coordinator.fencing_events.labels(group, member)
+        self._holdings: dict[tuple[str, Phase], int] = {}  # what the gauges were last set to
 
     def session(self, state: str) -> None:
         """Set the ZooKeeper session state; entering ``lost`` also counts a session loss."""
@@ -67,6 +72,16 @@ class CoordinatorMetrics:
     def handover_waited(self, seconds: float) -> None:
         """Record how long a hand-over waited for the previous owner."""
         self._handover.observe(seconds)
+
+    def holdings(self, mode: str, counts: Mapping[Phase, int]) -> None:
+        """Set how many holdings this member has in each phase; a phase missing from
+        ``counts`` reads 0. Called from every tick: a gauge is set only when its count
+        changed."""
+        for phase in Phase:
+            n = counts.get(phase, 0)
+            if self._holdings.get((mode, phase)) != n:
+                self._holdings[(mode, phase)] = n
+                coordinator.holdings.labels(*self._labels, mode, phase.value).set(n)
 
     def fenced(self) -> None:
         """Count a write or commit refused because this member's lease was stale."""

@@ -260,6 +260,12 @@ class coordinator:
         "Writes or commits refused because the member's lease or generation was stale.",
         MEMBER_LABELS,
     )
+    holdings = _gauge(
+        "holdings",
+        "Leases, ranges or the exclusive lock this member has in each phase of their life "
+        "cycle (waiting, active, draining, handing_back; released ones are gone).",
+        (*MEMBER_LABELS, "mode", "phase"),
+    )
 
 
 PARTITION_COUNTERS = (
@@ -315,4 +321,5 @@ COORDINATOR_FAMILIES = (
     coordinator.pending_drains,
     coordinator.handover_wait_seconds,
     coordinator.fencing_events,
+    coordinator.holdings,
 )

@@ -57,6 +57,7 @@ from kazoo.exceptions import KazooException
 from coordinator.errors import AcquireCancelled
 from coordinator.exclusive import ExclusiveLock
 from keyshared.core.health import Role
+from keyshared.core.holding import HoldingView, count_phases
 from keyshared.core.types import TP
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.commits import Committer
@@ -64,7 +65,7 @@ from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.transactions import TransactionalCommitter
 from keyshared.modes.handback import HandBack, gone
-from keyshared.modes.holdings import Holdings
+from keyshared.modes.holdings import Holdings, views
 from keyshared.modes.kafka_liveness import KafkaLiveness, RoleWithdrawal
 from keyshared.modes.session_gate import SessionGate
 
@@ -77,6 +78,7 @@ __all__ = ["ExclusiveMember"]
 log = logging.getLogger(__name__)
 
 _ACTIVE = "the active role"  # the one thing an exclusive member holds
+_CONTEND_AGAIN_S = 1.0  # after a wait for the lock broke: a persistent error retries this often
 
 
 class _Candidacy:
@@ -85,6 +87,8 @@ class _Candidacy:
     :param lock: a fresh lock recipe (a lock object does not outlive its session here).
     :param post: hands a callable to the poll thread.
     :param on_active: called on the poll thread with this candidacy once the lock is held.
+    :param on_failed: called on the poll thread with this candidacy if the wait broke (not
+        cancelled): nobody else would contend again while the session lives.
     """
 
     def __init__(
@@ -92,11 +96,13 @@ class _Candidacy:
         lock: ExclusiveLock,
         post: Callable[[Callable[[], None]], None],
         on_active: Callable[[_Candidacy], None],
+        on_failed: Callable[[_Candidacy], None],
     ) -> None:
         self.lock = lock
         self.since = time.monotonic()
         self._post = post
         self._on_active = on_active
+        self._on_failed = on_failed
         self._thread = threading.Thread(target=self._wait, name="keyshared-standby", daemon=True)
         self._thread.start()
 
@@ -106,7 +112,8 @@ class _Candidacy:
         except AcquireCancelled:
             return
         except Exception:
-            log.exception("waiting to become the active member failed")
+            log.exception("waiting to become the active member failed; contending again")
+            self._post(lambda: self._on_failed(self))
             return
         if acquired:
             self._post(lambda: self._on_active(self))
@@ -136,9 +143,11 @@ class ExclusiveMember:
                       │ producer, leaving                 │ no call of the activity runs
                       │                                   ▼
                       │                               RELEASED (lock given up)
-                      │ Kafka silent, session expired, a role the broker refuses:
-                      ▼ withdrawn (the lock recipe gives the place up itself)
-                  (forgotten) ─▶ stand by again (renewed session, Kafka answering)
+                      │ Kafka silent, session expired, a role the broker refuses,
+                      │ the wait for the lock broken: withdrawn (the lock recipe
+                      ▼ gives the place up itself)
+                  (forgotten) ─▶ stand by again (renewed session, Kafka answering, or a
+                                 second after a broken wait)
 
     The holding never enters DRAINING: the consumer's final drain at shutdown is over before
     :meth:`leave`, and every other end of an activity discards and commits nothing.
@@ -170,6 +179,7 @@ class ExclusiveMember:
         self._aside = RoleWithdrawal(self._kafka, self._me, self._group, self._standby_queued)
         self._closing = False
         self._failure: ConfigurationError | None = None  # stops the run at the next tick
+        self._contend_at: float | None = None  # a broken wait: contend again then (tick)
 
     @property
     def active(self) -> bool:
@@ -182,6 +192,11 @@ class ExclusiveMember:
         """Kafka's committed offsets are the cursors: the poll loop starts the partition again
         where the fetch went back to (keyshared/kafka/rewinds.py)."""
         return False
+
+    def holding_views(self) -> tuple[HoldingView, ...]:
+        """The lock (named "the active role") as this member wants, holds or hands it back,
+        with its phase; read from any thread (published copies)."""
+        return views(self.holdings, self._hand_back)
 
     def role(self) -> Role:
         """Active while it holds the lock and its partitions; a standby while it contends with a
@@ -209,6 +224,10 @@ class ExclusiveMember:
         if not self._closing and self._gate.connected() and not self._gate.lost:
             self._aside.check(bool(self._assigned), self._step_aside, self._stand_by)
         self._hand_back.tick()
+        self._gate.metrics.holdings("exclusive", count_phases(self.holding_views()))
+        contend_at = self._contend_at
+        if contend_at is not None and time.monotonic() >= contend_at and self._may_contend():
+            self._stand_by()
         if self._ready is not None and not self._hand_back.busy(_ACTIVE):
             ready, self._ready = self._ready, None
             self._activate(ready)
@@ -237,10 +256,34 @@ class ExclusiveMember:
         """Contend for the active role (at start, and again after a lost session)."""
         if self._closing:
             return
+        self._contend_at = None
         lock = self._zk.exclusive(self._group, self._me)
         self.holdings.want(_ACTIVE)
-        self._candidacy = _Candidacy(lock, self._ctx.inbox.post, self._activate)
+        self._candidacy = _Candidacy(lock, self._ctx.inbox.post, self._activate, self._wait_failed)
         log.info("%s is a standby of exclusive group %s", self._me, self._group)
+
+    def _wait_failed(self, candidacy: _Candidacy) -> None:
+        """The wait for the lock broke while the session lives (a session loss is the gate's:
+        it withdraws the candidacy and stands by again once renewed). Out of the queue, and in
+        again after a pause: left as it was, this member would be a standby for good — ready,
+        and reading nothing even with no other member left."""
+        if candidacy is not self._candidacy or self._closing or self._gate.lost:
+            return
+        self._candidacy = None
+        candidacy.withdraw()
+        self.holdings.withdraw(_ACTIVE)
+        self._contend_at = time.monotonic() + _CONTEND_AGAIN_S
+
+    def _may_contend(self) -> bool:
+        """Whether a retry of a broken wait may contend now: not already contending, the
+        session connected, and not stepped aside for Kafka's silence (its return contends)."""
+        return (
+            self._candidacy is None
+            and not self._closing
+            and not self._gate.lost
+            and self._gate.connected()
+            and not self._aside.withdrawn
+        )
 
     def _renewed(self) -> None:
         """A new session after an expiry: contend again, unless Kafka is silent (then the

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 from kazoo.exceptions import NoNodeError
 
 from coordinator.errors import Fenced
-from keyshared.core.holding import Holding, Step
+from keyshared.core.holding import Holding, HoldingView, Step
 
 if TYPE_CHECKING:
     from keyshared.runtime.control import DispatchControl
@@ -43,6 +44,7 @@ class _Entry:
     release: Callable[[], None]  # deletes the znode; raises if it could not (retried)
     write: Callable[[], object] | None  # writes its last cursors; raises if it could not
     states: list[PartitionState] = field(default_factory=list)  # where its calls run
+    since: float = 0.0  # when it was handed back (the hand-back's clock)
 
 
 class HandBack:
@@ -57,12 +59,21 @@ class HandBack:
 
     :param dispatcher: whose lock guards the partition states' running counts.
     :param connected: whether ZooKeeper can be written now (not suspended, not lost).
+    :param clock: seconds, for how long each holding has been handed back (operators read it
+        through :meth:`published`).
     """
 
-    def __init__(self, dispatcher: DispatchControl, connected: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        dispatcher: DispatchControl,
+        connected: Callable[[], bool],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._dispatcher = dispatcher
         self._connected = connected
+        self._clock = clock
         self._entries: list[_Entry] = []
+        self._published: tuple[HoldingView, ...] = ()
         self._lock = threading.Lock()  # the keeper thread and the poll thread after leave()
         self._retry_pause = threading.Event()  # never set: the keeper's pause between retries
 
@@ -95,7 +106,9 @@ class HandBack:
         else:
             holding.fenced()
         with self._lock:
-            self._entries.append(_Entry(holding, release, write, list(states or ())))
+            entry = _Entry(holding, release, write, list(states or ()), self._clock())
+            self._entries.append(entry)
+            self._publish()
         self.tick()
 
     def fence_all(self) -> None:
@@ -103,6 +116,7 @@ class HandBack:
         with self._lock:
             for entry in self._entries:
                 entry.holding.fenced()
+            self._publish()
         self.tick()
 
     def busy(self, name: str) -> bool:
@@ -127,6 +141,7 @@ class HandBack:
                     entry.write()
                 except Fenced:
                     entry.holding.fenced()
+                    self._publish()
                     continue
                 entry.holding.cursors_written()
 
@@ -142,7 +157,21 @@ class HandBack:
             for entry, step in steps:
                 if step is not Step.WAIT and self._follow(entry, step):
                     self._entries.remove(entry)
+            if len(self._entries) != len(entries):
+                self._publish()
             return not self._entries
+
+    def published(self) -> tuple[HoldingView, ...]:
+        """The holdings handed back and not released yet, as of the last change; a frozen copy
+        that any thread may read (probes, metrics)."""
+        return self._published
+
+    def _publish(self) -> None:
+        """Replace the published copy (under the lock: the keeper thread ticks too)."""
+        self._published = tuple(
+            HoldingView(e.holding.name, e.holding.phase, e.since, e.holding.alive)
+            for e in self._entries
+        )
 
     def _follow(self, entry: _Entry, step: Step) -> bool:
         """Do what ``step`` says; True once the entry is done with (released or gone)."""

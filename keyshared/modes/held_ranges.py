@@ -87,15 +87,15 @@ class HeldRanges:
         return [(slots, lease.token) for slots, lease in self.leases.items()]
 
     def add(self, slots: SlotRange, lease: Lease) -> None:
-        """Hold ``slots`` under ``lease``; raises, holding nothing, if its cursor writer cannot
-        be made (ZooKeeper away)."""
+        """Hold ``slots`` under ``lease``, which was wanted (queued for) in :attr:`holdings`.
+        Raises, holding nothing and leaving the range WAITING, if its cursor writer cannot be
+        made (ZooKeeper away) or the range was not wanted (a bug in the caller); the holding
+        is granted before the lease is kept, so no lease is held here that its holding does
+        not show."""
         writer = self._writer_of(lease)
+        self.holdings.grant(str(slots))
         self.leases[slots] = lease
         self._writers[slots] = writer
-        name = str(slots)
-        if name not in self.holdings:  # taken up without queueing here (a test's own lease)
-            self.holdings.want(name)
-        self.holdings.grant(name)
 
     def draining(self, ranges: list[SlotRange]) -> None:
         """A drain starts that gives ``ranges`` up: nothing new of their keys starts."""

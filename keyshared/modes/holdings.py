@@ -7,7 +7,11 @@ held), and the phase of a thing was where its entry happened to be. Here the pha
 the one object, and the hand-back (:class:`~keyshared.modes.handback.HandBack`) takes that same
 object over when it is given up, so that a lease is one holding from WAITING to RELEASED.
 
-Everything here runs on the poll thread. The clock is passed in (operators read ages).
+Everything here runs on the poll thread, except :meth:`Holdings.published`: after each change
+the registry publishes a frozen copy (a tuple of :class:`~keyshared.core.holding.HoldingView`,
+replaced whole, never mutated), which ``/readyz``, ``keyshared status`` and the
+``keyshared_holdings`` gauge read from their own threads without a lock. The clock is passed in
+(operators read ages).
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from keyshared.core.holding import Holding, HoldingError, Phase
+from keyshared.core.holding import Holding, HoldingError, HoldingView, Phase
+from keyshared.modes.handback import HandBack
 
-__all__ = ["Holdings"]
+__all__ = ["Holdings", "views"]
 
 
 class Holdings:
@@ -41,6 +46,7 @@ class Holdings:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._current: dict[str, tuple[Holding, float]] = {}
+        self._published: tuple[HoldingView, ...] = ()
 
     def __contains__(self, name: object) -> bool:
         return name in self._current
@@ -63,6 +69,7 @@ class Holdings:
             raise HoldingError(f"{name}: wanted while {self._current[name][0].phase.value}")
         holding = Holding(name)
         self._current[name] = (holding, self._clock())
+        self._publish()
         return holding
 
     def grant(self, name: str) -> Holding:
@@ -80,19 +87,32 @@ class Holdings:
         if entry is not None and entry[0].phase is not Phase.WAITING:
             self._current[name] = entry
             raise HoldingError(f"{name}: withdrawn while {entry[0].phase.value}")
+        self._publish()
 
     def let_go(self, name: str) -> Holding:
         """Caller: a member giving ``name`` back (or finding it fenced). Affects: ``name``
         leaves the registry; the holding returned goes to the hand-back, which moves it on to
         HANDING_BACK and RELEASED. A name never wanted here gets a fresh holding."""
         entry = self._current.pop(name, None)
+        self._publish()
         return Holding(name) if entry is None else entry[0]
 
     def snapshot(self) -> list[tuple[str, Phase, float]]:
         """Caller: status reports. Affects: nothing. Each holding's name, phase and the seconds
         since it entered that phase."""
         now = self._clock()
-        return [(name, h.phase, now - since) for name, (h, since) in sorted(self._current.items())]
+        return [(view.name, view.phase, now - view.since) for view in self._published]
+
+    def published(self) -> tuple[HoldingView, ...]:
+        """Caller: any thread (probes, metrics). Affects: nothing. The holdings as of the last
+        change, by name; a frozen copy the poll thread replaces whole."""
+        return self._published
+
+    def _publish(self) -> None:
+        self._published = tuple(
+            HoldingView(name, holding.phase, since, holding.alive)
+            for name, (holding, since) in sorted(self._current.items())
+        )
 
     def _move(self, name: str, transition: Callable[[Holding], None]) -> Holding:
         entry = self._current.get(name)
@@ -100,4 +120,12 @@ class Holdings:
             raise HoldingError(f"{name}: not wanted here")
         transition(entry[0])
         self._current[name] = (entry[0], self._clock())
+        self._publish()
         return entry[0]
+
+
+def views(holdings: Holdings, hand_back: HandBack) -> tuple[HoldingView, ...]:
+    """Caller: any thread (``/readyz``, ``keyshared status``, the ``keyshared_holdings``
+    gauge). Affects: nothing. Everything a member holds, from WAITING to HANDING_BACK: its
+    registry and what its hand-back has not released yet, each as last published."""
+    return holdings.published() + hand_back.published()

@@ -37,7 +37,7 @@ from coordinator.members import MemberInfo, Membership
 from keyshared.core.admission import Admission
 from keyshared.core.claims import PartitionClaims
 from keyshared.core.health import Role
-from keyshared.core.holding import Holding
+from keyshared.core.holding import Holding, HoldingView, count_phases
 from keyshared.core.slots import SlotRange
 from keyshared.core.types import TP
 from keyshared.errors import KeySharedError
@@ -47,6 +47,7 @@ from keyshared.modes.claims_reader import ClaimsReader
 from keyshared.modes.deferred_rebuild import DeferredRebuild
 from keyshared.modes.handback import HandBack
 from keyshared.modes.held_ranges import HeldRanges
+from keyshared.modes.holdings import views
 from keyshared.modes.kafka_liveness import KafkaLiveness, PlanWithdrawal
 from keyshared.modes.lease_queue import LeaseQueue
 from keyshared.modes.range_cursors import partitions_of, token_lookup
@@ -177,7 +178,9 @@ class KeySharedMember:
         if (due or self._deferred.ready()) and not self._gate.lost:
             self._rebuild(drop=[])
         self._held.hand_back.tick()
-        if (self._missing or self._held.fenced_waiting()) and not self._deferred.waiting:
+        self._gate.metrics.holdings("key_shared", count_phases(self.holding_views()))
+        retry = self._missing or self._queue.unqueued or self._held.fenced_waiting()
+        if retry and not self._deferred.waiting:
             self._queue_again()
         if self._topics.changed() and not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # partitions added, or the topic recreated: read them all
@@ -197,6 +200,11 @@ class KeySharedMember:
                 self._topics.describe()
         if not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # drains first: no record runs twice at once in this member
+
+    def holding_views(self) -> tuple[HoldingView, ...]:
+        """Every range lease this member wants, holds or hands back, with its phase; read from
+        any thread (published copies)."""
+        return views(self._held.holdings, self._held.hand_back)
 
     def role(self) -> Role:
         """A member once the leader's first plan was applied (slot ranges or none)."""
@@ -337,9 +345,9 @@ class KeySharedMember:
 
     def _queue_again(self) -> None:
         """Queue for the ranges the plan in force gives this member that it neither holds nor
-        waits for: a lease found gone (fenced) outside a session loss, or a queueing or grant
-        that ZooKeeper's absence broke. Waiting for the next plan would leave them read by
-        nobody until some member comes or goes."""
+        waits for: a lease found gone (fenced) outside a session loss, or a queueing, a grant
+        or the queue's own retry that ZooKeeper's absence broke. Waiting for the next plan
+        would leave them read by nobody until some member comes or goes."""
         for slots in self._held.take_fenced():
             log.info("range %s: its lease was found gone; queueing for it again", slots)
         self._queue_missing()

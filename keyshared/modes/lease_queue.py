@@ -34,13 +34,21 @@ def wait_in_background(
     failed: Callable[[], None],
 ) -> None:
     """Wait for ``pending`` on a thread of its own; post ``granted(lease)`` to the poll thread,
-    or ``failed()`` if the wait broke (a withdrawal or a lost session posts nothing: the
-    session gate deals with those)."""
+    or ``failed()`` if the wait broke. Only a withdrawal (:meth:`PendingLease.cancel`) posts
+    nothing: its owner has forgotten the acquisition already. A fenced wait (the queued znode
+    gone) posts ``failed`` too, since the znode may go while the session lives (deleted by
+    hand): nobody else would queue again. After a session loss ``failed`` finds the
+    acquisition withdrawn by the session gate, or withdraws it first; either way the owner
+    checks that it is still the acquisition in force."""
 
     def wait() -> None:
         try:
             lease = pending.wait()
-        except (AcquireCancelled, Fenced):
+        except AcquireCancelled:
+            return
+        except Fenced as exc:
+            log.warning("waiting for the lease of %s: %s; queueing again", what, exc)
+            inbox.post(failed)
             return
         except Exception:
             log.exception("waiting for the lease of %s failed", what)
@@ -79,6 +87,7 @@ class LeaseQueue:
         self._metrics = metrics
         self._on_granted = on_granted
         self._pending: dict[SlotRange, PendingLease] = {}
+        self.unqueued = False  # an acquisition broke and queueing again failed: see queue_missing
 
     def __contains__(self, slots: object) -> bool:
         return slots in self._pending
@@ -88,10 +97,16 @@ class LeaseQueue:
         return len(self._pending)
 
     def queue(self, slots: SlotRange, generation: int) -> None:
-        """Queue for ``slots`` (behind every overlapping lease of another session)."""
-        pending = self._leases.begin(slots, generation=generation)
-        self._pending[slots] = pending
+        """Queue for ``slots`` (behind every overlapping lease of another session). The range
+        is wanted before its znode is made, so that no znode stands that no holding owns; if
+        the znode cannot be made, the range is withdrawn again and the error raised."""
         self._holdings.want(str(slots))
+        try:
+            pending = self._leases.begin(slots, generation=generation)
+        except BaseException:
+            self._holdings.withdraw(str(slots))
+            raise
+        self._pending[slots] = pending
         self._metrics.pending_drains(len(self._pending))
         queued_at = time.monotonic()
         log.info("range %s: lease queued (token %d)", slots, pending.token)
@@ -107,7 +122,9 @@ class LeaseQueue:
         self, wanted: tuple[SlotRange, ...], held: Container[SlotRange], generation: int
     ) -> bool:
         """Queue for every ``wanted`` range neither ``held`` nor queued. False when a queueing
-        failed (ZooKeeper away): the caller tries again later."""
+        failed (ZooKeeper away): the caller tries again later. The owner calls it again while
+        :attr:`unqueued` is set, too."""
+        self.unqueued = False
         queued = True
         for slots in wanted:
             if slots not in held and slots not in self._pending:
@@ -133,10 +150,19 @@ class LeaseQueue:
         self._metrics.pending_drains(0)
 
     def _again(self, slots: SlotRange, pending: PendingLease, generation: int) -> None:
-        if self._pending.get(slots) is pending:
-            del self._pending[slots]
-            self._holdings.withdraw(str(slots))
+        """The wait for ``pending`` broke: queue again at once. If that fails too (ZooKeeper
+        away), :attr:`unqueued` tells the owner to queue for what it wants from its tick;
+        waiting for the next plan could leave the range read by nobody for good."""
+        if self._pending.get(slots) is not pending:
+            return  # withdrawn meanwhile (a new plan, a session loss, stopping)
+        del self._pending[slots]
+        self._holdings.withdraw(str(slots))
+        self._metrics.pending_drains(len(self._pending))
+        try:
             self.queue(slots, generation)
+        except Exception as exc:
+            log.warning("range %s: queueing again failed (%r); retrying", slots, exc)
+            self.unqueued = True
 
     def _granted(
         self, slots: SlotRange, pending: PendingLease, lease: Lease, waited: float

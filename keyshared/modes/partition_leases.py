@@ -47,13 +47,14 @@ from coordinator.errors import MemberIdInUse
 from coordinator.leases import Lease, PendingLease
 from coordinator.members import MemberInfo, Membership
 from keyshared.core.health import Role
+from keyshared.core.holding import HoldingView, count_phases
 from keyshared.core.types import TP
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.startup import assigns_incrementally
 from keyshared.modes.handback import HandBack, gone
-from keyshared.modes.holdings import Holdings
+from keyshared.modes.holdings import Holdings, views
 from keyshared.modes.lease_queue import wait_in_background
 from keyshared.modes.leased_commits import LeasedCommits
 from keyshared.modes.session_gate import SessionGate
@@ -156,6 +157,11 @@ class PartitionLeaseMember:
         where the fetch went back to (keyshared/kafka/rewinds.py)."""
         return False
 
+    def holding_views(self) -> tuple[HoldingView, ...]:
+        """Every partition lease this member wants, holds or hands back, with its phase; read
+        from any thread (published copies)."""
+        return views(self.holdings, self._hand_back)
+
     def role(self) -> Role:
         """A member once the Kafka group's first assignment arrived, unless the session wavers."""
         return self._gate.role(joined=self._generation > 0)
@@ -163,6 +169,7 @@ class PartitionLeaseMember:
     def tick(self) -> None:
         """Release leases whose stragglers finished; start grants that waited for them."""
         self._hand_back.tick()
+        self._gate.metrics.holdings("partition", count_phases(self.holding_views()))
         for tp in [tp for tp in self._ready if not self._straggling(tp)]:
             self._start(tp, self._ready.pop(tp))
         if self._unqueued and time.monotonic() >= self._next_requeue:
@@ -329,14 +336,18 @@ class PartitionLeaseMember:
         if self._gate.lost or self._gate.suspended:
             self._unqueued.add(tp)  # a renewed or resumed session retries it
             return
+        self.holdings.want(tp_name(tp))  # before the znode: no znode stands that nobody owns
         try:
             pending = self._leases.begin(tp[0], tp[1], generation=self._generation)
         except KazooException as exc:
             log.warning("%s[%d]: queueing for the lease failed (%s); retrying", tp[0], tp[1], exc)
+            self.holdings.withdraw(tp_name(tp))
             self._unqueued.add(tp)
             return
+        except BaseException:
+            self.holdings.withdraw(tp_name(tp))
+            raise
         self._pending[tp] = (pending, time.monotonic())
-        self.holdings.want(tp_name(tp))
         self._gate.metrics.pending_drains(len(self._pending))
         log.info(
             "%s[%d]: assigned; waiting for its lease (token %d) before dispatching",

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from keyshared.core.offsets import decode_finished, is_keyshared_metadata
+from keyshared.core.offsets import decode_finished, is_keyshared_metadata, linked_record
 from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 
 __all__ = [
@@ -130,14 +130,17 @@ def classify_metadata(cursor: int, metadata: str | None) -> tuple[MetadataKind, 
     """What a committed metadata string is, and the finished offsets above ``cursor`` it holds.
 
     keyshared never commits a ``ks1:`` string that decodes to nothing (no finished offsets means
-    an empty string), so one that decodes to nothing against its own cursor is damaged.
+    an empty string), so one that decodes to nothing against its own cursor is damaged, unless
+    it links an exactly-once side record (then it names only the runs nearest the cursor, maybe
+    none, and the side record holds the rest; this view reads the commit only).
     """
     if not metadata:
         return "empty", EMPTY_RUNS
     if not is_keyshared_metadata(metadata):
         return "foreign", EMPTY_RUNS
     finished = decode_finished(cursor, metadata)
-    return ("keyshared" if finished else "undecodable"), finished
+    linked = linked_record(metadata) is not None
+    return ("keyshared" if finished or linked else "undecodable"), finished
 
 
 def offsets_to_ranges(offsets: Iterable[int]) -> list[OffsetRange]:

@@ -4,8 +4,9 @@ Why ask a member at all: the broker knows where a group's cursor stands, not *wh
 there. Only the member knows how old its oldest unfinished record is (what holds the cursor
 back), how much is in flight or waiting, which keys are busiest or slowest, and which holds on
 dispatch are in place (each named by its owner, with its age: a hold nobody lifts is a member
-that starts nothing). A member that does not answer is reported, never fatal: the broker-side
-status is still worth showing.
+that starts nothing), and what it holds in which phase (a lease handed back for minutes is a
+member keeping the next owner waiting). A member that does not answer is reported, never
+fatal: the broker-side status is still worth showing.
 
 Example::
 
@@ -13,6 +14,7 @@ Example::
     view["partitions"]   # [{"topic": "orders", "partition": 0, "oldest_incomplete_age_seconds":
                          #   12.5, ..., "busiest": [...], "slowest_seconds": [...]}]
     view["ready"], view["holds"]   # False, {"zookeeper-liveness": 42.0}
+    view["holdings"]   # [{"name": "0-32767", "phase": "active", "age": 812.3, "alive": True}]
 """
 
 from __future__ import annotations
@@ -109,7 +111,9 @@ def fetch_member(url: str, group: str, timeout: float) -> dict[str, object]:
 
 
 def _readiness(base: str, timeout: float) -> dict[str, object]:
-    """``ready``, ``reasons`` and ``holds`` from ``/readyz``; nothing when the member serves no
+    """``ready``, ``reasons``, ``holds`` and ``holdings`` (each lease, range or lock the member
+    wants, holds or hands back: name, phase, age, alive) from ``/readyz``; nothing when the
+    member serves no
     probes (a consumer started without a health source) or the answer is not the probe's."""
     try:
         body = _get(base + "/readyz", timeout)
@@ -126,8 +130,12 @@ def _readiness(base: str, timeout: float) -> dict[str, object]:
     if not isinstance(probe, dict) or "status" not in probe:
         return {}
     holds = probe.get("holds")
+    holdings = probe.get("holdings")
     return {
         "ready": probe["status"] == "ok",
         "reasons": [str(reason) for reason in probe.get("reasons", [])],
         "holds": {str(k): float(v) for k, v in holds.items()} if isinstance(holds, dict) else {},
+        "holdings": [h for h in holdings if isinstance(h, dict)]
+        if isinstance(holdings, list)
+        else [],
     }

@@ -183,8 +183,7 @@ def run_chaos(
         spells: list[threading.Thread] = []  # link faults under way
         for k, fault in enumerate(faults):
             if plan.topology:  # records up to the next fault's planned time, no further
-                upto = faults[k + 1].at if k + 1 < len(faults) else plan.fault_seconds
-                producer.allow_until(upto / plan.fault_seconds)
+                producer.allow_until(_allowed_until(faults, k, plan.fault_seconds))
             # Faults do not pile up: one starts at least FAULT_GAP_S after the previous one
             # recovered, so that each one's convergence is its own.
             delay = max(started + fault.at, not_before + FAULT_GAP_S) - time.monotonic()
@@ -268,6 +267,19 @@ def run_chaos(
         AdminClient({"bootstrap.servers": bootstrap}), [topic, dlq, *([out] if out else [])]
     )
     return result
+
+
+def _allowed_until(faults: list[Fault], k: int, fault_seconds: float) -> float:
+    """How far (a fraction of the records) the topology plans let the producer run while fault
+    ``k`` is injected: up to the next fault's planned time, so that a fault that takes long
+    does not let the whole input through before the later ones. A producer fence is the
+    exception: the member notices it only at its next transactional request, so it needs
+    records to work on while the fault waits for that notice; without them an idle member
+    never transacts and the fence looks unnoticed (the 30-minute partition-lease run saw it
+    twice). It gets the records up to the fault after the next."""
+    ahead = 2 if faults[k].kind == PRODUCER_FENCE else 1
+    upto = faults[k + ahead].at if k + ahead < len(faults) else fault_seconds
+    return min(upto / fault_seconds, 1.0)
 
 
 def _inject(

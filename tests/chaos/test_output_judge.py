@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.chaos.harness import _allowed_until
 from tests.chaos.outputs import Output, judge_outputs
 from tests.chaos.plan import PRODUCER_FENCE, ChaosPlan, fault_schedule
 from tests.kafka.support.journal import RecordId
@@ -104,3 +105,16 @@ def test_exactly_once_plans_and_their_fence() -> None:
         ChaosPlan("key_shared", exactly_once=True)
     with pytest.raises(ValueError, match="needs exactly_once"):
         ChaosPlan("partition", fences_at=(0.5,))
+
+
+def test_a_fence_lets_records_flow_until_the_member_transacts() -> None:
+    """A fenced member notices only at its next transaction: while the fault waits for that,
+    the topology plans' producer must not have run dry at the next fault's time (the member
+    would idle and the fence look unnoticed), so a fence lets records through one fault
+    further than any other fault does."""
+    plan = ChaosPlan("partition_leases", exactly_once=True, fences_at=(0.1,))
+    faults = fault_schedule(plan)
+    k = next(i for i, f in enumerate(faults) if f.kind == PRODUCER_FENCE)
+    assert _allowed_until(faults, k, plan.fault_seconds) == faults[k + 2].at / plan.fault_seconds
+    assert _allowed_until(faults, k - 1, plan.fault_seconds) == faults[k].at / plan.fault_seconds
+    assert _allowed_until(faults, len(faults) - 1, plan.fault_seconds) == 1.0

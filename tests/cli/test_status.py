@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from keyshared import Record
 from keyshared.cli.status import status
+from keyshared.core.offsets import encode_linked
 from keyshared.dev.topics import TopicFactory
 from keyshared.ops.group_status import classify_metadata, partition_status, refine_pending
 from keyshared.ops.member_view import base_url, parse_metrics
@@ -40,6 +41,10 @@ def test_metadata_kinds_and_urls() -> None:
     assert classify_metadata(5, "")[0] == "empty"
     assert classify_metadata(5, "someone else's")[0] == "foreign"
     assert classify_metadata(5, "ks1:garbage")[0] == "undecodable"
+    # A linked exactly-once commit may name none of its set itself: not damaged.
+    assert classify_metadata(5, encode_linked(5, [7, 9], link=3, max_bytes=16).text)[0] == (
+        "keyshared"
+    )
     assert base_url("127.0.0.1:9400/metrics/") == "http://127.0.0.1:9400"
     text = (
         "# TYPE keyshared_partition_lag gauge\n"

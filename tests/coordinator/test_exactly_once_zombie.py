@@ -110,9 +110,7 @@ def test_a_stalled_active_member_cannot_commit_after_the_standby_took_over(
         wait_committed_to_end(kafka_bootstrap, group, source, WAIT_S)
         threads[1].start()
         active_dir = observer.layout(group).active
-        wait_until(
-            lambda: len(observer.client.get_children(active_dir)) == 2, "b to queue", WAIT_S
-        )
+        wait_until(lambda: len(observer.client.get_children(active_dir)) == 2, "b to queue", WAIT_S)
         stall.armed.set()
         produce(kafka_bootstrap, source, second)
         assert stall.stalled.wait(WAIT_S), "a never committed the second records"

@@ -8,11 +8,16 @@ the life cycle forbids must raise and leave the registry as it was.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from keyshared.core.holding import Holding, HoldingError, Phase, Step
+from keyshared.core.holding import Holding, HoldingError, HoldingView, Phase, Step
+from keyshared.core.slots import SlotRange
 from keyshared.modes.handback import HandBack
+from keyshared.modes.held_ranges import HeldRanges
 from keyshared.modes.holdings import Holdings
 
 NAMES = st.sampled_from(("t[0]", "t[1]", "0-32767"))
@@ -33,6 +38,7 @@ class HoldingsMachine(RuleBasedStateMachine):
         self.holdings = Holdings(self.clock)
         self.model: dict[str, tuple[Phase, float]] = {}
         self.let_go: list[Holding] = []
+        self.earlier: list[tuple[tuple[HoldingView, ...], list[HoldingView]]] = []
 
     def _attempt(self, allowed: bool, action: object) -> None:
         before = self.holdings.snapshot()
@@ -99,6 +105,16 @@ class HoldingsMachine(RuleBasedStateMachine):
         assert len(self.holdings) == len(self.model)
 
     @invariant()
+    def the_published_copy_is_the_registry_as_of_the_last_change(self) -> None:
+        published = self.holdings.published()
+        assert isinstance(published, tuple)  # replaced whole: a reader's copy never changes
+        expected = [(n, phase, since) for n, (phase, since) in sorted(self.model.items())]
+        assert [(v.name, v.phase, v.since) for v in published] == expected
+        self.earlier.append((published, list(published)))
+        for copy, as_taken in self.earlier[-5:]:
+            assert list(copy) == as_taken
+
+    @invariant()
     def let_go_holdings_are_not_in_the_registry(self) -> None:
         for holding in self.let_go:
             assert holding.phase is Phase.HANDING_BACK
@@ -128,3 +144,43 @@ def test_the_hand_back_carries_the_members_holding_to_its_release() -> None:
     assert holding.phase is Phase.RELEASED
     assert holding.step(running=0, connected=True) is Step.WAIT
     assert "t[0]" not in holdings
+
+
+def test_a_range_is_held_only_once_its_holding_is_granted() -> None:
+    """``HeldRanges.add`` of a range nobody wanted raises and holds nothing: a lease kept that
+    the registry does not show would be one that no status, drain or hand-back knows of."""
+    hand_back = HandBack(_Idle(), connected=lambda: True)  # type: ignore[arg-type]
+    held = HeldRanges(
+        SimpleNamespace(),  # type: ignore[arg-type]
+        lambda lease: SimpleNamespace(),  # type: ignore[arg-type, return-value]
+        lambda: None,
+        hand_back,
+    )
+    lease = SimpleNamespace(key="0-99", token=1)
+    with pytest.raises(HoldingError):
+        held.add(SlotRange(0, 99), lease)  # type: ignore[arg-type]
+    assert SlotRange(0, 99) not in held and "0-99" not in held.holdings
+    held.holdings.want("0-99")
+    held.add(SlotRange(0, 99), lease)  # type: ignore[arg-type]
+    assert SlotRange(0, 99) in held and held.holdings.phase("0-99") is Phase.ACTIVE
+
+
+def test_the_hand_back_publishes_what_it_has_not_released_yet() -> None:
+    """A lease kept for a straggler shows as HANDING_BACK with its age until it is released;
+    one whose znode went shows as not alive."""
+    clock = _Clock()
+    running = {"calls": 1}
+    dispatcher = SimpleNamespace(running=lambda states: running["calls"])
+    hand_back = HandBack(dispatcher, connected=lambda: True, clock=clock)  # type: ignore[arg-type]
+    clock.now = 5.0
+    hand_back.add("t[0]", lambda: None, states=[])
+    hand_back.add("t[1]", lambda: None, states=[], alive=False)
+    views = hand_back.published()
+    assert [(v.name, v.phase, v.since, v.alive) for v in views] == [
+        ("t[0]", Phase.HANDING_BACK, 5.0, True),
+        ("t[1]", Phase.HANDING_BACK, 5.0, False),
+    ]
+    running["calls"] = 0
+    hand_back.tick()
+    assert hand_back.published() == ()
+    assert len(views) == 2  # the copy read earlier is unchanged

@@ -234,6 +234,7 @@ def test_a_member_writes_the_cursors_of_all_its_ranges_in_one_transaction_per_in
         leases, lambda lease: by_lease[lease.path], lambda: fenced.append("fenced"), hand_back
     )
     for writer in made:
+        held.holdings.want(str(writer.slots))
         held.add(writer.slots, writer.lease)
     tps = [("payments", p) for p in range(4)]
     claims = {tp: PartitionClaims.resolve(held.tokens(), [], base=0) for tp in tps}

@@ -27,6 +27,7 @@ class Queue:
 
     def __init__(self, waiting: int) -> None:
         self.waiting = waiting
+        self.unqueued = False  # no queueing again failed
 
     def __len__(self) -> int:
         return self.waiting
@@ -39,7 +40,9 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
     hand_back = HandBack(SimpleNamespace(running=lambda _states: 0), lambda: True)  # type: ignore[arg-type]
     fields: dict[str, Any] = {
         "_closing": False,
-        "_gate": SimpleNamespace(lost=False, suspended=False),
+        "_gate": SimpleNamespace(
+            lost=False, suspended=False, metrics=SimpleNamespace(holdings=lambda *_: None)
+        ),
         "_desired": tuple(RANGES),
         "_held": HeldRanges(SimpleNamespace(), lambda lease: object(), lambda: None, hand_back),  # type: ignore[arg-type, return-value]
         "_assign_retry_at": None,
@@ -54,6 +57,8 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
     }
     for name, value in fields.items():
         setattr(m, name, value)
+    for slots in RANGES:  # queued for: the queue wanted each range
+        m._held.holdings.want(str(slots))
 
     def rebuild(drop: list[SlotRange]) -> None:
         rebuilds.append(len(m._held))

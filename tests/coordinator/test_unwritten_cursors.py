@@ -71,6 +71,7 @@ def held_ranges(log: list[str], *writers: Writer) -> HeldRanges:
     for i in range(len(writers)):
         slots = SlotRange(100 * i, 100 * i + 99)
         writers[i].slots = slots
+        held.holdings.want(str(slots))
         held.add(slots, SimpleNamespace(token=7 + i, key=str(slots)))  # type: ignore[arg-type]
     return held
 
@@ -204,6 +205,7 @@ def test_a_range_regained_after_it_was_fenced_stages_its_cursor_afresh() -> None
     assert log == ["staged t[0]@10", "written"]
     held.forget(RANGE)  # fenced
     held._writer_of = lambda lease: regained  # type: ignore[assignment,return-value]
+    held.holdings.want(str(RANGE))
     held.add(RANGE, SimpleNamespace(token=9, key=str(RANGE)))  # type: ignore[arg-type]
     log.clear()
     held.write(progress, claims, force=False, suspended=False)

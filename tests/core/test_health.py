@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from keyshared.core.health import Role, StuckPartition, liveness, readiness
+from keyshared.core.holding import HoldingView, Phase
 
 
 def _ready(**overrides: object) -> tuple[bool, tuple[str, ...], dict[str, object]]:
@@ -45,6 +46,7 @@ def test_member_with_partitions_and_nothing_stuck_is_ready() -> None:
         "partitions": 3,
         "stuck": [],
         "holds": {},
+        "holdings": [],
     }
 
 
@@ -102,3 +104,19 @@ def test_a_hold_on_dispatch_is_named_and_a_long_one_makes_the_member_not_ready()
         "dispatch held by 'zookeeper-liveness' for 75s (stuck_after=60s): no handler starts "
         "until its owner lifts it",
     )
+
+
+def test_holdings_are_shown_with_phase_and_age_and_never_fail_readiness_by_themselves() -> None:
+    holdings = [
+        HoldingView("0-32767", Phase.ACTIVE, since=400.0),
+        HoldingView("32768-65535", Phase.HANDING_BACK, since=990.0, alive=False),
+        HoldingView("orders@3", Phase.WAITING, since=0.0),  # a long wait: another's drain
+    ]
+    ok, reasons, body = _ready(holdings=holdings)
+    assert ok and reasons == ()
+    assert body["holdings"] == [
+        {"name": "0-32767", "phase": "active", "age": 600.0, "alive": True},
+        {"name": "32768-65535", "phase": "handing_back", "age": 10.0, "alive": False},
+        {"name": "orders@3", "phase": "waiting", "age": 1000.0, "alive": True},
+    ]
+    assert _ready()[2]["holdings"] == []

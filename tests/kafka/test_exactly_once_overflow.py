@@ -27,6 +27,7 @@ from keyshared import KeySharedConsumer, Record, RetryPolicy
 from keyshared.core.offsets import decode_finished
 from keyshared.dev.topics import GroupFactory, TopicFactory
 from keyshared.kafka.commits import Committer
+from keyshared.kafka.finished_sets import FinishedSets
 from tests.kafka.support.inprocess import Running
 from tests.kafka.support.journal import committed, produce, wait_for
 from tests.kafka.test_exactly_once import Seen, _committed_to_end, read_committed
@@ -101,13 +102,19 @@ def _faults(seen: Seen, expected: dict[bytes | None, list[int]]) -> dict[str, An
     return {"duplicates": duplicates, "order_breaks": order_breaks, "missing": missing}
 
 
+@pytest.mark.parametrize("side_topic", [True, False], ids=["side-topic", "no-side-topic"])
 def test_a_handover_after_metadata_overflow_repeats_no_output(
     kafka_bootstrap: str,
     new_topic: TopicFactory,
     new_group: GroupFactory,
     monkeypatch: pytest.MonkeyPatch,
+    side_topic: bool,
 ) -> None:
+    """With the side topic the whole finished set is committed; without it (it cannot be
+    created), the metadata names a monotone part and the rest's outputs wait."""
     monkeypatch.setattr(Committer.__init__, "__defaults__", (METADATA_BYTES,))
+    if not side_topic:
+        monkeypatch.setattr(FinishedSets, "ready", lambda self: False)
     source = new_topic(partitions=1)
     out = new_topic(partitions=1)
     group = new_group("eos-overflow")
@@ -154,3 +161,47 @@ def test_a_handover_after_metadata_overflow_repeats_no_output(
         f"the second member ran {second.done} records"
     )
     assert set(seen) == set(expected)
+
+
+def test_a_blocked_key_holds_back_only_its_own_outputs(
+    kafka_bootstrap: str,
+    new_topic: TopicFactory,
+    new_group: GroupFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The finished set outgrows the metadata while one key is blocked: every other record's
+    output is visible while the first member still runs (the whole set went to a side record
+    in the same transaction), and the member that takes over runs the blocked key's records
+    and nothing else."""
+    monkeypatch.setattr(Committer.__init__, "__defaults__", (METADATA_BYTES,))
+    source = new_topic(partitions=1)
+    out = new_topic(partitions=1)
+    group = new_group("eos-side")
+    records = blocked_records(RECORDS, BLOCKED_SHARE, seed=38)
+    blocked = sum(1 for key, _ in records if key == BLOCKED)
+    others = len(records) - blocked
+    produce(kafka_bootstrap, source, records)
+
+    first = Outputs(out, fail_first_blocked=True)
+    run = member(kafka_bootstrap, group, source, "first", first)
+    labels = {"group": group, "member": "first"}
+    wait_for(lambda: first.done == others, 90, "the first member to finish every other key")
+    assert _metric("keyshared_commit_metadata_overflows_total", **labels) > 0
+    # A few commit intervals (0.2 s each) after the last of them finished, read_committed.
+    seen = read_committed(kafka_bootstrap, out, others, timeout=20)
+    visible = sum(len(values) for key, values in seen.items() if key != BLOCKED)
+    assert visible == others, f"{others - visible} of {others} other outputs still held back"
+    assert not seen.get(BLOCKED)
+    run.stop()
+
+    second = Outputs(out, fail_first_blocked=False)
+    run = member(kafka_bootstrap, group, source, "second", second)
+    _committed_to_end(kafka_bootstrap, group, source, 90)
+    run.stop()
+    assert second.done == blocked, f"the second member ran {second.done} records, not {blocked}"
+
+    expected: dict[bytes | None, list[int]] = {}
+    for produced, seq in records:
+        expected.setdefault(produced, []).append(seq)
+    seen = read_committed(kafka_bootstrap, out, len(records))
+    assert _faults(seen, expected) == {"duplicates": 0, "order_breaks": 0, "missing": 0}

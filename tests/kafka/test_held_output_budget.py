@@ -2,7 +2,9 @@
 
 Outputs wait, ready, when no transaction can carry them yet: here the commit metadata has no
 room to name the finished records above a cursor that a blocked key holds (``poison="block"``
-on the key's first record, metadata budget lowered so that a few thousand records suffice).
+on the key's first record, metadata budget lowered so that a few thousand records suffice), and
+the finished-set topic that would carry the whole set cannot be had (made to fail here; a
+member without permission to create it meets the same).
 Without a budget, fetching goes on and the waiting outputs grow with the topic. With
 ``max_held_output_bytes``, the member pauses the partition once they reach it: the records
 it has read stop growing while it stays alive and committing, and the outputs it holds stay
@@ -17,6 +19,7 @@ from prometheus_client import REGISTRY
 
 from keyshared.dev.topics import GroupFactory, TopicFactory
 from keyshared.kafka.commits import Committer
+from keyshared.kafka.finished_sets import FinishedSets
 from tests.kafka.support.inprocess import Running
 from tests.kafka.support.journal import produce, wait_for
 from tests.kafka.test_exactly_once import (
@@ -49,6 +52,7 @@ def test_held_outputs_at_their_budget_pause_fetching_and_lose_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(Committer.__init__, "__defaults__", (METADATA_BYTES,))
+    monkeypatch.setattr(FinishedSets, "ready", lambda self: False)
     source = new_topic(partitions=1)
     out = new_topic(partitions=1)
     group = new_group("eos-held-budget")

@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from keyshared.core.offsets import decode_finished, encode_within
+from keyshared.core import offsets
+from keyshared.core.offsets import decode_finished, encode_within, linked_record
 from keyshared.core.window import InFlightWindow
 from keyshared.kafka import transactions
+from keyshared.kafka.finished_sets import FinishedSets
 from keyshared.kafka.transactions import TransactionalCommitter
 from keyshared.metrics import ConsumerMetrics
 from keyshared.metrics.families import consumer as families
@@ -88,6 +90,9 @@ class FakeProducer:
 class _Msg:
     def topic(self) -> str:
         return "out"
+
+    def offset(self) -> int:
+        return 7
 
 
 class FakeConsumer:
@@ -231,6 +236,145 @@ def test_an_offset_a_transaction_named_stays_named_in_every_later_one(desk: Any)
     assert sorted(produced) == sorted(named) and len(produced) == len(set(produced))
     waiting = [offset for offset, _ in state.outputs.ready]
     assert waiting and sorted(waiting) == sorted(set(near) - named)
+
+
+def _with_side_topic(committer: TransactionalCommitter, ready: bool) -> FinishedSets:
+    sides = FinishedSets({"bootstrap.servers": "127.0.0.1:1"}, "g")
+    sides.ready = lambda: ready  # type: ignore[method-assign]
+    committer._finished_sets = sides
+    return sides
+
+
+def test_an_overflowing_commit_links_a_side_record_and_produces_every_finished_output(
+    desk: Any,
+) -> None:
+    """The metadata has room for few of 19 finished offsets; the transaction writes all 19 to
+    the side record, links it from the metadata, and carries every one of their outputs."""
+    committer, state, _, _ = desk
+    committer._max_metadata_bytes = 16
+    sides = _with_side_topic(committer, ready=True)
+    _finish(state, *range(2, 40, 2), admitted=40)
+    committer.commit_async([state])
+    calls = FakeProducer.instances[-1].calls
+    side = [c for c in calls if c[0] == "produce" and c[1] == sides.topic]
+    assert len(side) == 1
+    assert decode_finished(0, side[0][3].decode()) == set(range(2, 40, 2))
+    assert sorted(_produced_to("out")) == list(range(2, 40, 2)) and not state.outputs.ready
+    assert len(state.committed_metadata) <= 16 and linked_record(state.committed_metadata) == 7
+    assert [c[0] for c in calls].index("offsets") > calls.index(side[0])
+
+
+def test_a_linked_partition_is_held_while_the_side_topic_cannot_be_written(desk: Any) -> None:
+    """After a commit that linked a side record, 4 KB cannot name monotonically what it named:
+    without the side topic the commit is held whole (no outputs, no cursor) and retried."""
+    committer, state, _, _ = desk
+    committer._max_metadata_bytes = 16
+    _with_side_topic(committer, ready=True)
+    _finish(state, *range(2, 40, 2), admitted=50)
+    committer.commit_async([state])
+    transactions_before = committer.transactions
+    _with_side_topic(committer, ready=False)
+    _finish(state, 41, 43)
+    committer.commit_async([state])
+    assert committer.transactions == transactions_before
+    assert sorted(o for o, _ in state.outputs.ready) == [41, 43] and state.commit_sent is None
+
+
+def _side_records(sides: FinishedSets) -> list[str]:
+    calls = FakeProducer.instances[-1].calls
+    return [c[3].decode() for c in calls if c[0] == "produce" and c[1] == sides.topic]
+
+
+def _skipped_by_next_owner(state: PartitionState, sides: FinishedSets) -> Any:
+    """What a resuming owner skips: the linked side record's set (``expand``), else the
+    metadata's."""
+    linked = linked_record(state.committed_metadata) is not None
+    text = _side_records(sides)[-1] if linked else state.committed_metadata
+    return decode_finished(state.committed or 0, text)
+
+
+def test_past_one_side_record_a_commit_keeps_naming_what_it_named(
+    desk: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished set more fragmented than one side record may be (more runs than a reader
+    takes: lowered here from 262,144 to 20) is not written: the side record would decode as
+    nothing, and the next owner would redo records whose outputs are committed. The commit
+    links the last side record again; the new records' outputs wait, and go out once the
+    blocked key moves on and the set fits again."""
+    monkeypatch.setattr(offsets, "_MAX_RUNS", 20)
+    committer, state, _, _ = desk
+    committer._max_metadata_bytes = 16
+    sides = _with_side_topic(committer, ready=True)
+    _finish(state, *range(2, 40, 2), admitted=100)  # 19 runs: one side record holds them
+    committer.commit_async([state])
+    first = _skipped_by_next_owner(state, sides)
+    assert first == set(range(2, 40, 2)) and len(_side_records(sides)) == 1
+    _finish(state, *range(41, 60, 2))  # 29 runs: past one side record
+    committer.commit_async([state])
+    assert len(_side_records(sides)) == 1
+    assert _skipped_by_next_owner(state, sides) >= first
+    assert sorted(_produced_to("out")) == list(range(2, 40, 2))
+    assert sorted(o for o, _ in state.outputs.ready) == list(range(41, 60, 2))
+    _finish(state, *range(3, 40, 2))  # the blocked records finish: 2..39 is one run again
+    committer.commit_async([state])
+    assert _skipped_by_next_owner(state, sides) == set(range(2, 40)) | set(range(41, 60, 2))
+    assert sorted(_produced_to("out")) == [*range(2, 40), *range(41, 60, 2)]
+    assert not state.outputs.ready
+
+
+def test_a_side_record_refused_for_good_turns_the_side_topic_off(desk: Any) -> None:
+    """The broker refuses the side record itself (no Write ACL on the topic): that transaction
+    aborts and is redone once; the next commits fall back to metadata that names what fits
+    instead of aborting every commit interval."""
+    committer, state, events, _ = desk
+    committer._max_metadata_bytes = 16
+    sides = FinishedSets({"bootstrap.servers": "127.0.0.1:1"}, "g")
+    sides._ready = True
+    committer._finished_sets = sides
+    refusal = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    original = FakeProducer.produce
+
+    def produce(self: FakeProducer, topic: str, value: Any, key: Any, **extra: Any) -> None:
+        if topic == sides.topic:
+            raise refusal
+        original(self, topic, value, key, **extra)
+
+    FakeProducer.produce = produce  # type: ignore[method-assign]
+    try:
+        _finish(state, *range(2, 40, 2), admitted=40)
+        committer.commit_async([state])
+        assert committer.transactions == 0 and events.log == ["lost", "assigned"]
+        assert not sides.ready()
+        state = events.states[state.tp]  # redone from the committed offset, 2
+        state.window = InFlightWindow(start_offset=2, max_window=100, per_worker_capacity=100)
+        for offset in range(2, 42):
+            state.window.admit(offset, b"k%d" % offset, worker=0, payload=None, now=0.0)
+        _finish(state, *range(4, 40, 2))
+        committer.commit_async([state])
+        assert committer.transactions == 1 and events.log == ["lost", "assigned"]
+        named = decode_finished(state.committed or 0, state.committed_metadata)
+        assert len(named) > 0 and sorted(_produced_to("out")) == sorted(named)
+    finally:
+        FakeProducer.produce = original  # type: ignore[method-assign]
+
+
+def test_without_the_side_topic_a_plain_partition_falls_back_to_monotone_metadata(
+    desk: Any,
+) -> None:
+    committer, state, _, _ = desk
+    committer._max_metadata_bytes = 16
+    _with_side_topic(committer, ready=False)
+    _finish(state, *range(2, 40, 2), admitted=40)
+    committer.commit_async([state])
+    named = decode_finished(0, state.committed_metadata)
+    assert linked_record(state.committed_metadata) is None and 0 < len(named) < 19
+    assert sorted(_produced_to("out")) == sorted(named)
+    assert sorted(o for o, _ in state.outputs.ready) == sorted(set(range(2, 40, 2)) - named)
+
+
+def _produced_to(topic: str) -> list[int]:
+    calls = FakeProducer.instances[-1].calls
+    return [int(c[3][1:]) for c in calls if c[0] == "produce" and c[1] == topic]
 
 
 def _sent(state: PartitionState) -> str:

@@ -6,11 +6,13 @@ import json
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from keyshared.core.holding import Phase
 from keyshared.metrics import (
     ConsumerMetrics,
     CoordinatorMetrics,
@@ -236,8 +238,28 @@ def test_coordinator_facade() -> None:
     assert value("keyshared_coordinator_fencing_events_total", **labels) == 1.0
     with pytest.raises(ValueError, match="session state"):
         c.session("confused")
+    c.holdings("key_shared", {Phase.ACTIVE: 2, Phase.WAITING: 1})
+    assert value("keyshared_holdings", mode="key_shared", phase="active", **labels) == 2.0
+    assert value("keyshared_holdings", mode="key_shared", phase="draining", **labels) == 0.0
+    c.holdings("key_shared", {Phase.DRAINING: 2})  # a phase left out reads 0 again
+    assert value("keyshared_holdings", mode="key_shared", phase="active", **labels) == 0.0
+    assert value("keyshared_holdings", mode="key_shared", phase="draining", **labels) == 2.0
     c.close()
     assert value("keyshared_coordinator_generation", **labels) is None
+    assert value("keyshared_holdings", mode="key_shared", phase="draining", **labels) is None
+
+
+def test_every_family_is_in_the_metric_table_of_operations_md() -> None:
+    """An operator looks a series up in docs/operations.md; one missing there is one nobody
+    knows how to read."""
+    text = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    missing = []
+    for family in ALL_FAMILIES:
+        exposed = {m.name for m in family.describe()}  # a counter's is without _total
+        name = family._name + ("_total" if family._type == "counter" else "")
+        if f"| `{name}" not in text and not any(f"| `{n}" in text for n in exposed):
+            missing.append(name)
+    assert not missing, f"not in docs/operations.md's metric table: {missing}"
 
 
 def test_names_follow_prometheus_conventions() -> None:

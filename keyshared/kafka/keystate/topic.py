@@ -34,12 +34,22 @@ FRESH_CLIENT_AFTER_S = 2.0
 """How long a client may keep answering "not yet" before a new client asks instead."""
 
 
-def ensure_topic(admin: AdminClient, topic: str, group: str, timeout: float, create: bool) -> None:
+def ensure_topic(
+    admin: AdminClient,
+    topic: str,
+    group: str,
+    timeout: float,
+    create: bool,
+    config: Mapping[str, str] | None = None,
+    what: str = "key-state",
+) -> None:
     """Create ``topic`` (one partition, compacted) unless it exists.
 
     :param group: the group whose keys the topic holds, for the error message.
     :param create: False for tools that must not invent a group; a missing topic is then an
         error.
+    :param config: the topic's configuration (default: compacted).
+    :param what: what the topic holds, for log lines and errors.
     :raises KeyStateError: Kafka is unreachable, the topic is missing and ``create`` is
         False, or it could not be created.
     """
@@ -55,13 +65,13 @@ def ensure_topic(admin: AdminClient, topic: str, group: str, timeout: float, cre
                             "a key, or the group name is wrong)")  # fmt: skip
     replicas = min(3, len(metadata.brokers))
     new = NewTopic(topic, num_partitions=1, replication_factor=replicas,
-                   config={"cleanup.policy": "compact"})  # fmt: skip
+                   config=dict(config or {"cleanup.policy": "compact"}))  # fmt: skip
     try:
         admin.create_topics([new], operation_timeout=timeout)[topic].result(timeout)
-        log.info("created key-state topic %r (compacted, %d replica(s))", topic, replicas)
+        log.info("created %s topic %r (compacted, %d replica(s))", what, topic, replicas)
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise KeyStateError(f"cannot create key-state topic {topic!r}: {exc}") from exc
+            raise KeyStateError(f"cannot create {what} topic {topic!r}: {exc}") from exc
 
 
 class TopicEnd:
