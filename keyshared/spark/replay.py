@@ -244,7 +244,8 @@ def _records(
     lists = column("headers")
     bounds = lists.offsets.to_pylist()
     base = bounds[0]
-    flat = lists.flatten()
+    # the values the offsets point into (flatten() would drop those a null list owns)
+    flat = lists.values.slice(base, bounds[-1] - base)
     names, values = flat.field("key").to_pylist(), flat.field("value").to_pylist()
     present = lists.is_valid().to_pylist() if lists.null_count else None
     dlq = zip(column("dlq_topic").to_pylist(), column("dlq_partition").to_pylist(),

@@ -8,6 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from keyshared.spark.txn import TransactionSettings
 
@@ -88,3 +90,52 @@ def test_the_writer_keeps_user_headers_in_order_and_reports_every_record(
          "attempt": 0, "outcome": "replayed"}
         for i, r in enumerate(rows)
     ]  # fmt: skip
+
+
+_HEADER = st.tuples(st.sampled_from(["trace", "x", "keyshared.source.topic", "keyshared.reason"]),
+                    st.none() | st.binary(max_size=3))  # fmt: skip
+
+
+@example(entries=[(True, [("trace", b"1")]), (False, [("x", b"2")])], cut=(0, 2))
+@given(
+    entries=st.lists(st.tuples(st.booleans(), st.lists(_HEADER, max_size=3)), max_size=6),
+    cut=st.tuples(st.integers(0, 6), st.integers(0, 6)),
+)
+def test_each_record_gets_its_own_headers_whatever_the_arrow_layout(
+    entries: list[tuple[bool, list[tuple[str, bytes | None]]]], cut: tuple[int, int]
+) -> None:
+    """Arrow lets a null list own a non-empty stretch of the values, and a batch be a slice of
+    a bigger one: neither may move one record's headers onto another."""
+    bounds = [0]
+    for _null, headers in entries:
+        bounds.append(bounds[-1] + len(headers))
+    flat = [h for _null, headers in entries for h in headers]
+    struct = pa.StructArray.from_arrays(
+        [pa.array([k for k, _ in flat], pa.string()), pa.array([v for _, v in flat], pa.binary())],
+        names=["key", "value"],
+    )
+    lists = pa.ListArray.from_arrays(
+        pa.array(bounds, pa.int32()),
+        struct,
+        mask=pa.array([null for null, _ in entries], pa.bool_()),
+    )
+    n = len(entries)
+    columns = {
+        "dlq_topic": pa.array(["d"] * n), "dlq_partition": pa.array([0] * n, pa.int32()),
+        "dlq_offset": pa.array(range(n), pa.int64()), "key": pa.array([b"k"] * n),
+        "value": pa.array([b"v"] * n), "headers": lists, "source_topic": pa.array(["s"] * n),
+        "source_partition": pa.array([0] * n, pa.int32()),
+        "source_offset": pa.array(range(n), pa.int64()), "target_topic": pa.array(["t"] * n),
+        "target_partition": pa.array([0] * n, pa.int32()),
+    }  # fmt: skip
+    batch = pa.RecordBatch.from_arrays([columns[f.name] for f in INPUT], schema=INPUT)
+    start = min(cut[0], n)
+    batch = batch.slice(start, cut[1])
+    stamp = ("keyshared.replay.time", b"1")
+    got = [headers for *_, headers in writer._records(batch, stamp)]
+    expected = [
+        [h for h in ([] if null else headers) if not h[0].startswith("keyshared.")]
+        + [stamp, ("keyshared.replay.dlq", f"d/0/{start + i}".encode())]
+        for i, (null, headers) in enumerate(entries[start : start + batch.num_rows])
+    ]
+    assert got == expected
