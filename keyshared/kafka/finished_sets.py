@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,7 +38,7 @@ from keyshared.core.offsets import decode_finished, encode_linked, linked_record
 from keyshared.core.types import TP
 from keyshared.kafka.client_config import client_properties
 from keyshared.kafka.keystate.errors import KeyStateError
-from keyshared.kafka.keystate.topic import ensure_topic
+from keyshared.kafka.keystate.topic import ensure_topic, group_topic
 
 __all__ = ["FinishedSets", "topic_for"]
 
@@ -78,12 +76,8 @@ _REFUSED_FOR_GOOD = frozenset(
 
 
 def topic_for(group: str) -> str:
-    """The side topic of ``group``; characters a topic name cannot hold are replaced and a
-    checksum keeps two such groups apart (as the key-state topic's name does)."""
-    safe = re.sub(r"[^a-zA-Z0-9._-]", "_", group)
-    if safe != group:
-        safe = f"{safe[:200]}-{zlib.crc32(group.encode()):08x}"
-    return f"keyshared.finished.{safe}"
+    """The side topic of ``group``."""
+    return group_topic("keyshared.finished", group)
 
 
 def record_key(tp: TP) -> bytes:
@@ -269,6 +263,8 @@ class FinishedSets:
             "group.id": f"{self.topic}.reader",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
+            # A link below the log's start is an error to report, not a jump to its end.
+            "auto.offset.reset": "error",
         })  # fmt: skip
         found: dict[TP, str] = {}
         try:
