@@ -262,6 +262,7 @@ class TransactionalCommitter(Committer):
             return self._monotone(state, cursor, finished)
         whole = encode_whole(cursor, finished, self._side_max_bytes)
         if whole is not None:
+            self._warned.discard(("fragmented", state.tp))  # a later episode logs again
             return Encoded(whole, 0)
         self._once(
             "fragmented",
@@ -290,9 +291,10 @@ class TransactionalCommitter(Committer):
         return self._monotone(state, cursor, finished)
 
     def _once(self, reason: str, state: PartitionState, message: str, *args: Any) -> None:
-        """Log ``message`` at error the first time ``reason`` holds a partition back: it then
-        holds on every commit interval, and ``keyshared_commits_total{outcome="failed"}`` or
-        the held-output gauges say for how long."""
+        """Log ``message`` at error the first time ``reason`` holds a partition back in an
+        episode: it then holds on every commit interval, and
+        ``keyshared_commits_total{outcome="failed"}`` or the held-output gauges say for how
+        long. The episode ends when the partition commits normally again."""
         if (reason, state.tp) not in self._warned:
             self._warned.add((reason, state.tp))
             log.error(message, state, *args)
@@ -522,6 +524,8 @@ class TransactionalCommitter(Committer):
             if state.tp in by_tp:
                 state.committed = by_tp[state.tp].offset
                 state.committed_metadata = by_tp[state.tp].metadata or ""
+                if len(state.committed_metadata) <= self._max_metadata_bytes:
+                    self._warned.discard(("held", state.tp))  # a later episode logs again
         return True
 
     def _ready(self) -> bool:
@@ -596,6 +600,7 @@ class TransactionalCommitter(Committer):
         by_tp = {state.tp: state for state in states}
         result: list[TopicPartition] = []
         held: list[PartitionState] = []
+        unchanged: list[PartitionState] = []
         for tp in offsets:
             state = by_tp.get((tp.topic, tp.partition))
             if len(tp.metadata or "") <= budget or state is None:
@@ -603,31 +608,34 @@ class TransactionalCommitter(Committer):
                 continue
             finished = decode_finished(tp.offset, tp.metadata)
             text = self._beyond_side_record(state, tp.offset, finished).text
-            unchanged = (tp.offset, text) == (state.committed, state.committed_metadata)
-            if len(text) > budget or unchanged:  # nothing this commit could add
+            if len(text) > budget:
                 held.append(state)
-                continue
-            state.commit_sent = (tp.offset, text)
-            result.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata=text))
+            elif (tp.offset, text) == (state.committed, state.committed_metadata):
+                unchanged.append(state)  # committed already: nothing to send, nothing failed
+            else:
+                state.commit_sent = (tp.offset, text)
+                result.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata=text))
+        if held or unchanged:
+            self._leave_out([*held, *unchanged], taken)
         if held:
-            self._hold(held, taken)
-        return result
-
-    def _hold(self, held: list[PartitionState], taken: Taken) -> None:
-        """Leave ``held`` out of this transaction: their last commit stands, their outputs
-        wait in the dispatcher, and the next commit tries them again."""
-        ids = {id(state) for state in held}
-        self._dispatcher.return_outputs([t for t in taken if id(t[0]) in ids])
-        taken[:] = [t for t in taken if id(t[0]) not in ids]
-        self._metrics.commit(False)
+            self._metrics.commit(False)
         for state in held:
-            state.commit_sent = None
             self._once(
                 "held",
                 state,
                 "%s: the finished set outgrew the commit metadata again and the finished-set "
                 "topic cannot be written: holding the partition's commit (its last one stands)",
             )
+        return result
+
+    def _leave_out(self, states: list[PartitionState], taken: Taken) -> None:
+        """Leave ``states`` out of this transaction: their last commit stands, their outputs
+        wait in the dispatcher, and the next commit tries them again."""
+        ids = {id(state) for state in states}
+        self._dispatcher.return_outputs([t for t in taken if id(t[0]) in ids])
+        taken[:] = [t for t in taken if id(t[0]) not in ids]
+        for state in states:
+            state.commit_sent = None
 
     def _covered(self, taken: Taken) -> list[tuple[Source, OutputMessage]]:
         """The outputs whose records the offsets about to be committed mark finished, in
