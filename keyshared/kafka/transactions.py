@@ -511,8 +511,7 @@ class TransactionalCommitter(Committer):
             # poll loop with the transaction open, blocking read_committed readers until it
             # times out.
             self._metrics.commit(False)
-            with contextlib.suppress(Exception):
-                self._producer.poll(0)  # serve delivery reports: they pin refused outputs
+            exc = self._serve_reports(exc)
             if not (_fenced(exc) and self._fenced_twice(exc)):
                 self._recover(exc, states)
                 self._probe(outputs)
@@ -527,6 +526,28 @@ class TransactionalCommitter(Committer):
                 if len(state.committed_metadata) <= self._max_metadata_bytes:
                     self._warned.discard(("held", state.tp))  # a later episode logs again
         return True
+
+    def _serve_reports(self, exc: Exception) -> Exception:
+        """Serve the delivery reports of a failed transaction (they pin refused outputs), and
+        return the failure to act on: ``exc``, or the fatal error behind it.
+
+        A producer that failed for good (fenced) makes ``produce()`` answer only ``_FATAL``
+        ("Unable to produce message: Local: Fatal error"); librdkafka reports the cause once,
+        through the next poll, which confluent-kafka raises. Taken for an ordinary failure, a
+        fence seen there was never counted, logged or given up on: the member built a new
+        producer with the same transactional.id and fenced the other holder back."""
+        producer = self._producer
+        if producer is None:
+            return exc
+        try:
+            producer.poll(0)
+        except KafkaException as cause:
+            err = cause.args[0] if cause.args else None
+            if _code(exc) == KafkaError._FATAL and isinstance(err, KafkaError) and err.fatal():
+                return cause
+        except Exception:  # serving reports must not hide the failure itself
+            log.debug("serving delivery reports after a failed transaction failed", exc_info=True)
+        return exc
 
     def _ready(self) -> bool:
         """A usable producer and no redo half done; False (retried next time) otherwise.
@@ -947,6 +968,12 @@ class TransactionalCommitter(Committer):
                 self._consumer.resume(partitions)
         log.info("redo: %d partition(s) resume from their committed offsets", len(tps))
         return True
+
+
+def _code(exc: BaseException) -> int | None:
+    """The error code a client call failed with (None: not a client error)."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return err.code() if isinstance(err, KafkaError) else None
 
 
 def _fenced(exc: BaseException) -> bool:

@@ -613,6 +613,42 @@ def test_a_producer_fenced_twice_stops_the_member_and_is_never_initialised_again
     assert FakeProducer.instances[-1] is second and second.calls.count(("init",)) == 1
 
 
+def _fenced_behind_fatal(producer: FakeProducer) -> None:
+    """As librdkafka does once a fence made the producer fail for good: ``produce()`` answers
+    only _FATAL, and the next poll raises the cause (confluent-kafka's error_cb)."""
+    producer.fail_produce = KafkaException(KafkaError(KafkaError._FATAL))
+    cause = KafkaException(KafkaError(KafkaError._FENCED, fatal=True))
+
+    def poll(timeout: float) -> int:
+        raise cause
+
+    producer.poll = poll  # type: ignore[method-assign]
+
+
+def test_a_fence_seen_as_a_fatal_produce_is_still_a_fence(desk: Any) -> None:
+    """The 30-minute exclusive run's fence surfaced as "Unable to produce message: Local:
+    Fatal error": taken for an ordinary failure, it was never counted, logged or given up on,
+    and a second fence did not stop the member (two holders of one id would fence each other
+    for ever). The cause, which the next poll raises, decides."""
+    committer, state, events, _ = desk
+    fences = families.producer_fenced.labels(*committer._metrics._labels)
+    _fenced_behind_fatal(FakeProducer.instances[-1])
+    _finish(state, 0, 1)
+    committer.commit_async([state])
+    assert fences._value.get() == 1 and not committer.fenced
+    assert events.log == ["lost", "assigned"]
+    assert committer._ready()
+    _fenced_behind_fatal(FakeProducer.instances[-1])
+    fresh = events.states[state.tp]
+    fresh.window = InFlightWindow(start_offset=2, max_window=100, per_worker_capacity=100)
+    fresh.window.admit(2, b"k", worker=0, payload=None, now=0.0)
+    fresh.window.complete(2)
+    fresh.outputs.stage(2, [OutputMessage("out", b"k", b"v2", None)])
+    fresh.outputs.release(2)
+    committer.commit_async([fresh])
+    assert committer.fenced and committer.stops == ["stop"] and fences._value.get() == 2
+
+
 def test_an_unexpected_exception_inside_the_transaction_recovers_instead_of_escaping(
     desk: Any,
 ) -> None:
