@@ -275,7 +275,11 @@ def encode_monotone(
         # record is gone, never to run again): what it names that is still finished must stay
         # named, and it does not fit either. Return it whole, over budget: the caller puts it
         # in a side record or holds the partition; naming only the nearest runs would un-name
-        # committed records.
+        # committed records. When the gaps split it past what a reader takes, previous itself
+        # goes again: it decodes, and what it names beyond ``named`` are those gaps, which are
+        # never delivered, so naming them skips nothing.
+        if len(named.runs) > _MAX_RUNS:
+            return Encoded(previous, len(runs) - len(named))
         return Encoded(_encode_runs_text(cursor, named.runs), len(runs) - len(named))
     best_count, best = fitted
     kept = sum(end - start for start, end in all_runs[:best_count])

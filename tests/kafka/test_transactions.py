@@ -430,6 +430,48 @@ def test_a_fragmented_set_with_a_gap_goes_whole_to_a_side_record(
     assert set(_NAMED) - {_GAP} <= _skipped_by_next_owner(state, sides)
 
 
+@pytest.mark.parametrize("regular", [True, False], ids=["fits-metadata", "side-record"])
+def test_gaps_that_split_a_set_past_the_run_cap_never_make_it_unreadable(
+    desk: Any, monkeypatch: pytest.MonkeyPatch, regular: bool
+) -> None:
+    """A partition resumed from a side record at the run cap (lowered to 40): compaction has
+    since removed a record inside 5 of its runs, so what is still finished of it has 45 runs.
+    Written whole, that text decodes as nothing, and the next owner would redo all 115 (or
+    246) committed records; the commit sends the previous set itself again instead."""
+    cap = 40
+    monkeypatch.setattr(offsets, "_MAX_RUNS", cap)
+    committer, _, _, _ = desk
+    committer._max_metadata_bytes = 40
+    sides = _with_side_topic(committer, ready=True)
+    rng = random.Random(3)
+    named: list[int] = []
+    gaps: set[int] = set()
+    start = 10
+    for i in range(cap):
+        length = 3 if regular else rng.randint(3, 9)
+        named.extend(range(start, start + length))
+        if i < 5:
+            gaps.add(start + 1)
+        start += length + (2 if regular else rng.randint(2, 40))
+    whole = encode_whole(2, named, 10**6)
+    assert whole is not None
+    done = decode_finished(2, whole)
+    metrics = committer._metrics.partition("t", 0)
+    state = PartitionState("t", 0, metrics, committed=2, committed_metadata=whole)
+    state.window = InFlightWindow(
+        start_offset=2, max_window=10**4, per_worker_capacity=10**4, already_done=done
+    )
+    for offset in range(2, max(named) + 2):
+        if offset not in gaps:
+            state.window.admit(offset, b"k%d" % offset, worker=0, payload=None, now=0.0)
+    _finish(state, 3, 5, 7)
+    assert committer._events is not None
+    committer._events.states[state.tp] = state  # type: ignore[index]
+    committer.commit_async([state])
+    still = {o for o in set(named) - gaps if o > (state.committed or 0)}
+    assert still <= _skipped_by_next_owner(state, sides)
+
+
 def test_a_fallback_partition_with_nothing_new_is_not_a_failed_commit(desk: Any) -> None:
     """Without the side topic, a partition whose monotone fallback committed has nothing to
     send while nothing changes: no transaction, and no failed commit counted."""
