@@ -369,22 +369,28 @@ def _failed_commits(committer: TransactionalCommitter) -> float:
 
 
 def _resumed_from_a_side_record(
-    committer: TransactionalCommitter, gap: int | None
+    committer: TransactionalCommitter,
+    gap: int | None,
+    named: list[int] = _NAMED,
+    gaps: frozenset[int] = frozenset(),
 ) -> PartitionState:
     """A partition as assignment builds it after ``expand``: committed at 2, its metadata the
-    whole text of the side record it linked (120 finished offsets), the window reading again
-    from 2, where the blocked record still waits; 3, 5 and 7 finish since. ``gap``: an offset
-    the side record named that the input (compacted since) no longer delivers."""
-    whole = encode_whole(2, _NAMED, 10**6)
+    whole text of the side record it linked (``named``: 120 finished offsets by default), the
+    window reading again from 2, where the blocked record still waits; 3, 5 and 7 finish
+    since. ``gap`` (and ``gaps``): offsets the side record named that the input (compacted
+    since) no longer delivers."""
+    whole = encode_whole(2, named, 10**6)
     assert whole is not None
     done = decode_finished(2, whole)
     metrics = committer._metrics.partition("t", 0)
     state = PartitionState("t", 0, metrics, committed=2, committed_metadata=whole)
+    size = max(named) + 2
     state.window = InFlightWindow(
-        start_offset=2, max_window=1000, per_worker_capacity=1000, already_done=done
+        start_offset=2, max_window=size, per_worker_capacity=size, already_done=done
     )
-    for offset in range(2, 401):
-        if offset != gap:
+    absent = gaps | ({gap} if gap is not None else set())
+    for offset in range(2, max(401, size)):
+        if offset not in absent:
             state.window.admit(offset, b"k%d" % offset, worker=0, payload=None, now=0.0)
     _finish(state, 3, 5, 7)
     assert committer._events is not None
@@ -453,20 +459,7 @@ def test_gaps_that_split_a_set_past_the_run_cap_never_make_it_unreadable(
         if i < 5:
             gaps.add(start + 1)
         start += length + (2 if regular else rng.randint(2, 40))
-    whole = encode_whole(2, named, 10**6)
-    assert whole is not None
-    done = decode_finished(2, whole)
-    metrics = committer._metrics.partition("t", 0)
-    state = PartitionState("t", 0, metrics, committed=2, committed_metadata=whole)
-    state.window = InFlightWindow(
-        start_offset=2, max_window=10**4, per_worker_capacity=10**4, already_done=done
-    )
-    for offset in range(2, max(named) + 2):
-        if offset not in gaps:
-            state.window.admit(offset, b"k%d" % offset, worker=0, payload=None, now=0.0)
-    _finish(state, 3, 5, 7)
-    assert committer._events is not None
-    committer._events.states[state.tp] = state  # type: ignore[index]
+    state = _resumed_from_a_side_record(committer, None, named, frozenset(gaps))
     committer.commit_async([state])
     still = {o for o in set(named) - gaps if o > (state.committed or 0)}
     assert still <= _skipped_by_next_owner(state, sides)
