@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +45,19 @@ FAST_FAILURE = ["-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=10
 Seen = dict[bytes | None, list[int]]
 
 
-def read_committed(bootstrap: str, topic: str, expected: int, timeout: float = 60.0) -> Seen:
+def read_committed(
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    timeout: float = 60.0,
+    extra: Mapping[str, str] | None = None,
+) -> Seen:
     """Every committed message of ``topic`` (values per key, in offset order), read until the
-    end of each partition once at least ``expected`` were read (or the timeout)."""
+    end of each partition once at least ``expected`` were read (or the timeout). ``extra``:
+    more client properties (credentials)."""
     consumer = Consumer(
         {
+            **(extra or {}),
             "bootstrap.servers": bootstrap,
             "group.id": f"reader-{time.monotonic_ns()}",
             "isolation.level": "read_committed",
