@@ -246,6 +246,19 @@ def panels() -> list[Json]:
         width=6,
     )
     g.panel(
+        "Holdings by phase",
+        "Leases, slot ranges or the exclusive lock each member has, by phase of their life "
+        "cycle. A holding waiting while nobody drains it, or handing back for minutes, is one "
+        "no event will end (/readyz and keyshared status name it, with its age).",
+        [
+            (
+                f"sum by (member, phase) (keyshared_holdings{{{M}}})",
+                "{{member}} {{phase}}",
+            )
+        ],
+        width=6,
+    )
+    g.panel(
         "Hand-over wait, session losses, fencing",
         "p99 wait for the previous owner; lost sessions and stale-lease refusals.",
         [

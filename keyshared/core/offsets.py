@@ -216,7 +216,9 @@ def encode_monotone(
     kept, and the other finished runs are added nearest the cursor first, as many as fit;
     ``left_out`` counts the finished offsets not named. When not even the previous set fits
     re-encoded against ``cursor``, ``previous`` itself is returned: it was committed once, and
-    a reader decodes it against any later cursor.
+    a reader decodes it against any later cursor. Either may be longer than ``max_bytes`` (a
+    ``previous`` read back from a side record): the caller then writes a side record or keeps
+    its last commit, never a smaller set.
 
     Per key the named set stays a prefix of the key's records (records of a key finish in
     order, and the union of two prefixes is one), so outputs released as their records get
@@ -269,9 +271,16 @@ def encode_monotone(
     if fitted is None:
         if len(named) == len(decoded):
             return Encoded(previous, len(runs) - len(named))
-        # previous names offsets that are not finished: it cannot be resent, and nothing
-        # smaller keeps what it names; fall back to the nearest runs.
-        return _nearest_runs(cursor, runs, max_bytes)
+        # previous names offsets that are no longer finished (a compacted input's gap: the
+        # record is gone, never to run again): what it names that is still finished must stay
+        # named, and it does not fit either. Return it whole, over budget: the caller puts it
+        # in a side record or holds the partition; naming only the nearest runs would un-name
+        # committed records. When the gaps split it past what a reader takes, previous itself
+        # goes again: it decodes, and what it names beyond ``named`` are those gaps, which are
+        # never delivered, so naming them skips nothing.
+        if len(named.runs) > _MAX_RUNS:
+            return Encoded(previous, len(runs) - len(named))
+        return Encoded(_encode_runs_text(cursor, named.runs), len(runs) - len(named))
     best_count, best = fitted
     kept = sum(end - start for start, end in all_runs[:best_count])
     kept += sum(end - start for start, end in kept_runs[tail(best_count) :])

@@ -85,7 +85,9 @@ class InFlightWindow(Generic[P]):
         self._done_before_runs = OffsetRuns.coerce(already_done)
         self._done_before = RunCursor(self._done_before_runs)
         self.done_on_arrival = 0  # records admitted already finished (metrics: skipped)
-        self._cursor = start_offset
+        # A commit names the offsets above its cursor, never the cursor itself: the cursor
+        # never rests on an offset finished before the restart (its outputs may be committed).
+        self._cursor = self._done_before_runs.run_end(start_offset)
         self._end = start_offset  # one past the highest offset received (or observed)
         # Unfinished entries in offset order. A finished entry is dropped lazily: at once when
         # it is the oldest, else when finished ones outnumber unfinished ones (_compact).
@@ -181,8 +183,11 @@ class InFlightWindow(Generic[P]):
 
         From then on the cursor never passes ``offset``, whatever the consumer's position
         says: the next owner must get this record and everything after it again. Without
-        this, a shutdown that fetched records it did not process committed past them.
+        this, a shutdown that fetched records it did not process committed past them. Records
+        finished before the restart need nothing from the next owner: the ceiling passes a run
+        of them that starts at ``offset`` (a commit at one would un-name it).
         """
+        offset = self._done_before_runs.run_end(offset)
         if self._ceiling is None or offset < self._ceiling:
             self._ceiling = offset
             if self._cursor > offset:
@@ -292,7 +297,10 @@ class InFlightWindow(Generic[P]):
             if gaps and gaps[0][1] <= cursor:
                 self._gaps = [gap for gap in gaps if gap[1] > cursor]
         else:
-            cursor = max(self._cursor, self._end)
+            # Everything read is finished: the cursor goes to the end of what was read, and
+            # past the run finished before the restart that starts there, if one does (the
+            # cursor names its offset unfinished, and the metadata only offsets above it).
+            cursor = self._done_before_runs.run_end(max(self._cursor, self._end))
             self._gaps = []
             self._finished_inside = 0
         ceiling = self._ceiling

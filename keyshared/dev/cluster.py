@@ -86,6 +86,8 @@ class LocalCluster:
         broker's own, for inter-broker requests and probes); see :meth:`client_config`. For
         tests that prove security settings reach every client; ``keyshared dev`` stays
         PLAINTEXT.
+    :param sasl_acls: with ``sasl_users``, also turn on Kafka's ACL authorizer, allowing
+        whatever no ACL names (see `kafka.acl_settings`), so a test can deny a user something.
     """
 
     def __init__(
@@ -99,9 +101,18 @@ class LocalCluster:
         zookeeper_heap_mb: int = 256,
         kafka_overrides: Mapping[str, str] | None = None,
         sasl_users: Mapping[str, str] | None = None,
+        sasl_acls: bool = False,
     ) -> None:
         if sasl_users:
             kafka.sasl_settings(sasl_users, 0, 0)  # a bad name fails here, not in the JVM
+        if sasl_acls:
+            if not sasl_users:
+                raise ValueError("sasl_acls needs sasl_users: ACLs name authenticated users")
+            # The broker's own user comes first in sasl_users; overrides given win.
+            kafka_overrides = {
+                **kafka.acl_settings(next(iter(sasl_users))),
+                **(kafka_overrides or {}),
+            }
         self._sasl_users = dict(sasl_users or {})
         self.runtime_dir = Path(runtime_dir).expanduser() if runtime_dir else default_runtime_dir()
         self.runtime_dir = self.runtime_dir.absolute()

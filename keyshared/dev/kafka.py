@@ -28,6 +28,7 @@ KafkaFiles = ServerFiles  # the layout is shared; the alias keeps signatures rea
 
 __all__ = [
     "KafkaFiles",
+    "acl_settings",
     "answers_metadata",
     "broker_settings",
     "format_command",
@@ -167,6 +168,7 @@ def sasl_settings(
     clients proves that security settings reach every one of them. The controller listener
     stays PLAINTEXT (it is internal to the node). The first user is the broker's own identity
     for inter-broker requests (transaction markers go to itself) and for the readiness probe.
+    :func:`acl_settings` adds an authorizer.
 
     :raises ValueError: no users, or a name or password that would break the JAAS line.
     """
@@ -190,6 +192,24 @@ def sasl_settings(
             "org.apache.kafka.common.security.plain.PlainLoginModule required "
             f'username="{broker_user}" password="{broker_password}" {accounts};'
         ),
+    }
+
+
+def acl_settings(broker_user: str) -> dict[str, str]:
+    """Overrides that turn on KRaft's ACL authorizer, open to everyone but what an ACL names.
+
+    Why: only a broker that refuses a request for the member's rights shows what librdkafka
+    reports then (a DENY ACL on one topic, say), and what keyshared makes of it. With
+    ``allow.everyone.if.no.acl.found`` a broker without ACLs behaves as before, so tests that
+    set none see no difference. Super users skip the ACLs: the broker's own SASL identity
+    (inter-broker requests, transaction markers to itself) and ``User:ANONYMOUS``, the
+    principal of the PLAINTEXT controller listener, over which the broker half of this
+    combined node registers and heartbeats with its controller half.
+    """
+    return {
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "true",
+        "super.users": f"User:{broker_user};User:ANONYMOUS",
     }
 
 

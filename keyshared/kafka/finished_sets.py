@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,7 +38,7 @@ from keyshared.core.offsets import decode_finished, encode_linked, linked_record
 from keyshared.core.types import TP
 from keyshared.kafka.client_config import client_properties
 from keyshared.kafka.keystate.errors import KeyStateError
-from keyshared.kafka.keystate.topic import ensure_topic
+from keyshared.kafka.keystate.topic import ensure_topic, group_topic
 
 __all__ = ["FinishedSets", "topic_for"]
 
@@ -60,30 +58,31 @@ _ADMIN_TIMEOUT_S = 10.0
 
 
 # What the broker or the client refuses a side record for, again at every try: the record itself
-# (too large), the member's rights, the topic's policy. Anything else (a timeout, a fence, a
-# broker away) is the transaction's failure: the normal abort and redo.
+# (too large), the member's rights, the topic's policy.
 _REFUSED_FOR_GOOD = frozenset(
     (
         KafkaError.MSG_SIZE_TOO_LARGE,
         KafkaError.RECORD_LIST_TOO_LARGE,
         KafkaError.INVALID_RECORD,
-        KafkaError.INVALID_MSG,
         KafkaError.INVALID_MSG_SIZE,
         KafkaError.TOPIC_AUTHORIZATION_FAILED,
         KafkaError.TOPIC_EXCEPTION,
         KafkaError.POLICY_VIOLATION,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
     )
 )
+# The topic is gone (deleted since it was made): make it again, after the usual pause.
+_TOPIC_GONE = frozenset((KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC))
+# A side record purged unsent: its transaction failed for a reason librdkafka reports only to
+# the transaction (no Write ACL fails AddPartitionsToTxn, which makes the transaction abortable
+# and purges what is queued). One such failure may be anything; this many in a row, with no
+# side record written between them, is taken as a refusal.
+_PURGED = frozenset((KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT))
+_PURGES_BEFORE_REFUSAL = 3
 
 
 def topic_for(group: str) -> str:
-    """The side topic of ``group``; characters a topic name cannot hold are replaced and a
-    checksum keeps two such groups apart (as the key-state topic's name does)."""
-    safe = re.sub(r"[^a-zA-Z0-9._-]", "_", group)
-    if safe != group:
-        safe = f"{safe[:200]}-{zlib.crc32(group.encode()):08x}"
-    return f"keyshared.finished.{safe}"
+    """The side topic of ``group``."""
+    return group_topic("keyshared.finished", group)
 
 
 def record_key(tp: TP) -> bytes:
@@ -109,6 +108,7 @@ class FinishedSets:
         self._ready = False
         self._failed_at = -_RETRY_S
         self._refused_until = 0.0  # monotonic: side records refused for good until then
+        self._purges = 0  # side records purged unsent in a row
         self.written = 0  # side records committed (tests, logs)
 
     def ready(self) -> bool:
@@ -195,6 +195,7 @@ class FinishedSets:
             err = errors[0] if errors else KafkaError(KafkaError._TIMED_OUT)
             self._refused(err)
             raise KafkaException(err)
+        self._purges = 0
         linked: list[TopicPartition] = []
         for tp in offsets:
             key = (tp.topic, tp.partition)
@@ -208,17 +209,32 @@ class FinishedSets:
         return linked
 
     def _refused(self, err: KafkaError) -> None:
-        """A side record refused for what it is turns the topic off for ``_REFUSED_RETRY_S``."""
-        if err.code() not in _REFUSED_FOR_GOOD:
+        """Decide what a side record's failure says about the topic: refused for good (turned
+        off for ``_REFUSED_RETRY_S``), gone (made again after ``_RETRY_S``), or nothing (the
+        transaction's normal abort and redo)."""
+        now = time.monotonic()
+        code = err.code()
+        if code in _TOPIC_GONE:
+            self._ready = False
+            self._failed_at = now
+            log.error("the finished-set topic %r is gone (%s): making it again", self.topic, err)
             return
-        self._refused_until = time.monotonic() + _REFUSED_RETRY_S
+        if code in _PURGED:
+            self._purges += 1
+            if self._purges < _PURGES_BEFORE_REFUSAL:
+                return
+        elif code not in _REFUSED_FOR_GOOD:
+            return
+        self._purges = 0
+        self._refused_until = now + _REFUSED_RETRY_S
         self._ready = False
         log.error(
-            "the broker refused a side record of %r (%s): for the next %.0f s, commits whose "
-            "finished set does not fit the offset metadata name only what fits, and the "
-            "other outputs wait (grant this member Write on the topic, or check its limits)",
+            "the broker refused side records of %r (%s%s): for the next %.0f s, commits whose "
+            "finished set does not fit the offset metadata name only what fits, and the other "
+            "outputs wait (grant this member Write on the topic, or check its limits)",
             self.topic,
             err,
+            f", {_PURGES_BEFORE_REFUSAL} transactions in a row" if code in _PURGED else "",
             _REFUSED_RETRY_S,
         )
 
@@ -269,6 +285,8 @@ class FinishedSets:
             "group.id": f"{self.topic}.reader",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
+            # A link below the log's start is an error to report, not a jump to its end.
+            "auto.offset.reset": "error",
         })  # fmt: skip
         found: dict[TP, str] = {}
         try:

@@ -262,6 +262,7 @@ class TransactionalCommitter(Committer):
             return self._monotone(state, cursor, finished)
         whole = encode_whole(cursor, finished, self._side_max_bytes)
         if whole is not None:
+            self._warned.discard(("fragmented", state.tp))  # a later episode logs again
             return Encoded(whole, 0)
         self._once(
             "fragmented",
@@ -290,9 +291,10 @@ class TransactionalCommitter(Committer):
         return self._monotone(state, cursor, finished)
 
     def _once(self, reason: str, state: PartitionState, message: str, *args: Any) -> None:
-        """Log ``message`` at error the first time ``reason`` holds a partition back: it then
-        holds on every commit interval, and ``keyshared_commits_total{outcome="failed"}`` or
-        the held-output gauges say for how long."""
+        """Log ``message`` at error the first time ``reason`` holds a partition back in an
+        episode: it then holds on every commit interval, and
+        ``keyshared_commits_total{outcome="failed"}`` or the held-output gauges say for how
+        long. The episode ends when the partition commits normally again."""
         if (reason, state.tp) not in self._warned:
             self._warned.add((reason, state.tp))
             log.error(message, state, *args)
@@ -509,8 +511,7 @@ class TransactionalCommitter(Committer):
             # poll loop with the transaction open, blocking read_committed readers until it
             # times out.
             self._metrics.commit(False)
-            with contextlib.suppress(Exception):
-                self._producer.poll(0)  # serve delivery reports: they pin refused outputs
+            exc = self._serve_reports(exc)
             if not (_fenced(exc) and self._fenced_twice(exc)):
                 self._recover(exc, states)
                 self._probe(outputs)
@@ -522,7 +523,31 @@ class TransactionalCommitter(Committer):
             if state.tp in by_tp:
                 state.committed = by_tp[state.tp].offset
                 state.committed_metadata = by_tp[state.tp].metadata or ""
+                if len(state.committed_metadata) <= self._max_metadata_bytes:
+                    self._warned.discard(("held", state.tp))  # a later episode logs again
         return True
+
+    def _serve_reports(self, exc: Exception) -> Exception:
+        """Serve the delivery reports of a failed transaction (they pin refused outputs), and
+        return the failure to act on: ``exc``, or the fatal error behind it.
+
+        A producer that failed for good (fenced) makes ``produce()`` answer only ``_FATAL``
+        ("Unable to produce message: Local: Fatal error"); librdkafka reports the cause once,
+        through the next poll, which confluent-kafka raises. Taken for an ordinary failure, a
+        fence seen there was never counted, logged or given up on: the member built a new
+        producer with the same transactional.id and fenced the other holder back."""
+        producer = self._producer
+        if producer is None:
+            return exc
+        try:
+            producer.poll(0)
+        except KafkaException as cause:
+            err = cause.args[0] if cause.args else None
+            if _code(exc) == KafkaError._FATAL and isinstance(err, KafkaError) and err.fatal():
+                return cause
+        except Exception:  # serving reports must not hide the failure itself
+            log.debug("serving delivery reports after a failed transaction failed", exc_info=True)
+        return exc
 
     def _ready(self) -> bool:
         """A usable producer and no redo half done; False (retried next time) otherwise.
@@ -596,6 +621,7 @@ class TransactionalCommitter(Committer):
         by_tp = {state.tp: state for state in states}
         result: list[TopicPartition] = []
         held: list[PartitionState] = []
+        unchanged: list[PartitionState] = []
         for tp in offsets:
             state = by_tp.get((tp.topic, tp.partition))
             if len(tp.metadata or "") <= budget or state is None:
@@ -603,31 +629,34 @@ class TransactionalCommitter(Committer):
                 continue
             finished = decode_finished(tp.offset, tp.metadata)
             text = self._beyond_side_record(state, tp.offset, finished).text
-            unchanged = (tp.offset, text) == (state.committed, state.committed_metadata)
-            if len(text) > budget or unchanged:  # nothing this commit could add
+            if len(text) > budget:
                 held.append(state)
-                continue
-            state.commit_sent = (tp.offset, text)
-            result.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata=text))
+            elif (tp.offset, text) == (state.committed, state.committed_metadata):
+                unchanged.append(state)  # committed already: nothing to send, nothing failed
+            else:
+                state.commit_sent = (tp.offset, text)
+                result.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata=text))
+        if held or unchanged:
+            self._leave_out([*held, *unchanged], taken)
         if held:
-            self._hold(held, taken)
-        return result
-
-    def _hold(self, held: list[PartitionState], taken: Taken) -> None:
-        """Leave ``held`` out of this transaction: their last commit stands, their outputs
-        wait in the dispatcher, and the next commit tries them again."""
-        ids = {id(state) for state in held}
-        self._dispatcher.return_outputs([t for t in taken if id(t[0]) in ids])
-        taken[:] = [t for t in taken if id(t[0]) not in ids]
-        self._metrics.commit(False)
+            self._metrics.commit(False)
         for state in held:
-            state.commit_sent = None
             self._once(
                 "held",
                 state,
                 "%s: the finished set outgrew the commit metadata again and the finished-set "
                 "topic cannot be written: holding the partition's commit (its last one stands)",
             )
+        return result
+
+    def _leave_out(self, states: list[PartitionState], taken: Taken) -> None:
+        """Leave ``states`` out of this transaction: their last commit stands, their outputs
+        wait in the dispatcher, and the next commit tries them again."""
+        ids = {id(state) for state in states}
+        self._dispatcher.return_outputs([t for t in taken if id(t[0]) in ids])
+        taken[:] = [t for t in taken if id(t[0]) not in ids]
+        for state in states:
+            state.commit_sent = None
 
     def _covered(self, taken: Taken) -> list[tuple[Source, OutputMessage]]:
         """The outputs whose records the offsets about to be committed mark finished, in
@@ -939,6 +968,12 @@ class TransactionalCommitter(Committer):
                 self._consumer.resume(partitions)
         log.info("redo: %d partition(s) resume from their committed offsets", len(tps))
         return True
+
+
+def _code(exc: BaseException) -> int | None:
+    """The error code a client call failed with (None: not a client error)."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return err.code() if isinstance(err, KafkaError) else None
 
 
 def _fenced(exc: BaseException) -> bool:

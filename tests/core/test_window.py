@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from keyshared.core.runs import OffsetRuns
 from keyshared.core.window import CursorBlocker, Entry, InFlightWindow
@@ -308,7 +310,9 @@ def test_a_member_that_stops_early_carries_the_finished_offsets_it_did_not_reach
         assert w.admit(offset, b"k", 0, "", 0.0) is None
     assert w.finished_above_cursor().runs == ((1, 200_001),)
     w.complete(stuck)
-    assert w.safe_cursor == 1001 and w.finished_above_cursor().runs == ((1002, 200_001),)
+    # all of 1001..200,000 was finished before: the cursor passes them (resting at 1001
+    # would un-name 1001)
+    assert w.safe_cursor == 200_001 and not w.finished_above_cursor()
 
 
 def test_already_done_only_prefix_moves_cursor_on_arrival() -> None:
@@ -581,3 +585,49 @@ def test_cursor_on_a_window_whose_first_record_is_above_start() -> None:
     w = InFlightWindow[str](start_offset=100)
     assert w.admit(130, b"a", 0, "", 0.0) is not None
     assert w.safe_cursor == 130  # today: 100
+
+
+def test_the_cursor_never_rests_on_an_offset_finished_before_the_restart() -> None:
+    """The 30-minute exactly-once partition run's duplicate output: a member resumed at 120224
+    with 120599 finished before the restart (its output committed); once everything it had
+    read was finished, the cursor stood at the end of what it had read, 120599 itself, and the
+    metadata names only offsets above the cursor, so the commit un-named 120599 and the next
+    redo ran it again. The cursor passes a carried run it reaches."""
+    w = InFlightWindow[str](start_offset=10, already_done=frozenset({15, 16, 20}))
+    for offset in range(10, 15):
+        entry = w.admit(offset, b"k%d" % offset, worker=0, payload="p", now=0.0)
+        assert entry is not None
+        w.complete(entry)
+    assert w.safe_cursor == 17
+    assert set(w.finished_above_cursor()) == {20}
+    w.admit(15, b"a", worker=0, payload="p", now=0.0)  # arrives later: done, nothing moves back
+    w.admit(16, b"a", worker=0, payload="p", now=0.0)
+    assert w.safe_cursor == 17
+    entry = w.admit(17, b"b", worker=0, payload="p", now=0.0)
+    assert entry is not None and w.safe_cursor == 17
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    done=st.sets(st.integers(0, 60), max_size=30),
+    read=st.integers(0, 70),
+    finish=st.sets(st.integers(0, 70)),
+)
+def test_a_commit_names_every_offset_finished_before_the_restart(
+    done: set[int], read: int, finish: set[int]
+) -> None:
+    """Whatever was read and finished since, cursor and metadata together name every offset
+    the restart carried: each is below the cursor or named above it, never the cursor itself
+    (a commit at a carried offset un-names it)."""
+    w = InFlightWindow[str](start_offset=0, max_window=1000, already_done=frozenset(done))
+    entries = []
+    for offset in range(read):
+        entry = w.admit(offset, None, worker=offset % 3, payload="p", now=0.0)
+        if entry is not None:
+            entries.append(entry)
+    for entry in entries:
+        if entry.offset in finish:
+            w.complete(entry)
+    cursor = w.safe_cursor
+    named = set(w.finished_above_cursor())
+    assert all(o < cursor or o in named for o in done)

@@ -111,6 +111,15 @@ class WindowMachine(RuleBasedStateMachine):
         however far the cursor is behind them)."""
         return len(self.incomplete())
 
+    def idle_cursor(self) -> int:
+        """The cursor with nothing unfinished: the end of what was read, past any offsets
+        finished before the restart that follow it (a commit at one would un-name it), and
+        never past a record given back."""
+        cursor = self.end
+        while cursor in self.already_done:
+            cursor += 1
+        return cursor if self.ceiling is None else min(cursor, self.ceiling)
+
     def done_not_read_yet(self, cursor: int) -> list[int]:
         """Offsets finished before the restart that the window has not read: they stay
         finished in every commit until it reads them."""
@@ -254,7 +263,10 @@ class WindowMachine(RuleBasedStateMachine):
         offset = self.next_offset + gap
         self.window.give_back(offset)
         self.window.give_back(offset + later)  # a later give-back never raises the ceiling
-        self.ceiling = offset if self.ceiling is None else min(self.ceiling, offset)
+        ceiling = offset
+        while ceiling in self.already_done:  # finished before: the next owner needs none
+            ceiling += 1
+        self.ceiling = ceiling if self.ceiling is None else min(self.ceiling, ceiling)
         # Given-back records were delivered but never taken in: the window's end stays.
         self.next_offset = max(self.next_offset, offset + later + 1)
 
@@ -340,7 +352,7 @@ class WindowMachine(RuleBasedStateMachine):
         if self.ceiling is not None:
             assert cursor <= self.ceiling, f"cursor {cursor} passed given-back {self.ceiling}"
         if not incomplete:
-            assert cursor == (self.end if self.ceiling is None else min(self.end, self.ceiling))
+            assert cursor == self.idle_cursor()
             return
         lowest = incomplete[0].offset
         assert cursor <= lowest, f"cursor {cursor} passed incomplete offset {lowest}"
@@ -400,7 +412,7 @@ class WindowMachine(RuleBasedStateMachine):
             else:
                 assert rec.released == 1, f"offset {rec.offset} released {rec.released} times"
                 assert rec.completed
-        assert w.safe_cursor == (self.end if self.ceiling is None else min(self.end, self.ceiling))
+        assert w.safe_cursor == self.idle_cursor()
         assert list(w.finished_above_cursor()) == self.done_not_read_yet(w.safe_cursor)
         assert w.blocker(self.clock) is None
         assert all(w.worker_load(i) == 0 for i in range(WORKERS))

@@ -14,12 +14,12 @@ import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from keyshared import BatchError, KeySharedConsumer, RetryPolicy
@@ -45,11 +45,19 @@ FAST_FAILURE = ["-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=10
 Seen = dict[bytes | None, list[int]]
 
 
-def read_committed(bootstrap: str, topic: str, expected: int, timeout: float = 60.0) -> Seen:
+def read_committed(
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    timeout: float = 60.0,
+    extra: Mapping[str, str] | None = None,
+) -> Seen:
     """Every committed message of ``topic`` (values per key, in offset order), read until the
-    end of each partition once at least ``expected`` were read (or the timeout)."""
+    end of each partition once at least ``expected`` were read (or the timeout). ``extra``:
+    more client properties (credentials)."""
     consumer = Consumer(
         {
+            **(extra or {}),
             "bootstrap.servers": bootstrap,
             "group.id": f"reader-{time.monotonic_ns()}",
             "isolation.level": "read_committed",
@@ -352,6 +360,40 @@ def test_zombie_cannot_commit(kafka_bootstrap: str, new_topic, new_group, tmp_pa
     # output appears once, so none of the zombie's outputs of them was committed.
     assert by_zombie & by_b, "the zombie held no uncommitted finished records"
     assert_exactly_once(read_committed(kafka_bootstrap, out, total), expected_outputs(records))
+
+
+def test_a_fence_inside_a_transaction_surfaces_as_a_fatal_produce(
+    kafka_bootstrap: str, new_topic
+) -> None:
+    """What the committer's fence check depends on, pinned down on the real broker: a producer
+    fenced while its transaction is open learns it when librdkafka adds a partition to the
+    transaction; from then on ``produce()`` raises only _FATAL, and the next poll raises the
+    cause, _FENCED (confluent-kafka's error_cb)."""
+    out = new_topic(partitions=3)
+    txn_id = f"fence-{out}"
+    config = {"bootstrap.servers": kafka_bootstrap}
+    producer = Producer(producer_config(config, txn_id))
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(out, b"before", b"k", partition=0)
+    producer.flush(30)
+    fencer = Producer(producer_config(config, txn_id))
+    fencer.init_transactions(30)  # bumps the epoch: the open transaction is aborted
+    deadline = time.monotonic() + 30
+    partition = 1
+    while True:  # a new partition makes librdkafka ask the coordinator, which refuses
+        try:
+            producer.produce(out, b"after", b"k", partition=partition)
+        except KafkaException as exc:
+            surfaced = exc.args[0]
+            break
+        partition = 1 + partition % 2
+        assert time.monotonic() < deadline, "the fence never reached produce()"
+        time.sleep(0.05)  # librdkafka's own thread sends the request: nothing to await here
+    assert surfaced.code() == KafkaError._FATAL, surfaced
+    with pytest.raises(KafkaException) as cause:
+        producer.poll(0)
+    assert cause.value.args[0].code() == KafkaError._FENCED and cause.value.args[0].fatal()
 
 
 def test_stale_generation_cannot_commit_a_transaction(

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from keyshared.core import offsets
-from keyshared.core.offsets import decode_finished, encode_within, linked_record
+from keyshared.core.offsets import decode_finished, encode_whole, encode_within, linked_record
 from keyshared.core.window import InFlightWindow
 from keyshared.kafka import transactions
 from keyshared.kafka.finished_sets import FinishedSets
@@ -358,6 +358,168 @@ def test_a_side_record_refused_for_good_turns_the_side_topic_off(desk: Any) -> N
         FakeProducer.produce = original  # type: ignore[method-assign]
 
 
+_RNG = random.Random(7)
+_NAMED = sorted(_RNG.sample(range(4, 400, 2), 120))  # irregular: 120 runs, no 40-byte text
+_GAP = _NAMED[5]
+
+
+def _failed_commits(committer: TransactionalCommitter) -> float:
+    labels = committer._metrics._labels
+    return float(families.commits.labels(*labels, "failed")._value.get())
+
+
+def _resumed_from_a_side_record(
+    committer: TransactionalCommitter,
+    gap: int | None,
+    named: list[int] = _NAMED,
+    gaps: frozenset[int] = frozenset(),
+) -> PartitionState:
+    """A partition as assignment builds it after ``expand``: committed at 2, its metadata the
+    whole text of the side record it linked (``named``: 120 finished offsets by default), the
+    window reading again from 2, where the blocked record still waits; 3, 5 and 7 finish
+    since. ``gap`` (and ``gaps``): offsets the side record named that the input (compacted
+    since) no longer delivers."""
+    whole = encode_whole(2, named, 10**6)
+    assert whole is not None
+    done = decode_finished(2, whole)
+    metrics = committer._metrics.partition("t", 0)
+    state = PartitionState("t", 0, metrics, committed=2, committed_metadata=whole)
+    size = max(named) + 2
+    state.window = InFlightWindow(
+        start_offset=2, max_window=size, per_worker_capacity=size, already_done=done
+    )
+    absent = gaps | ({gap} if gap is not None else set())
+    for offset in range(2, max(401, size)):
+        if offset not in absent:
+            state.window.admit(offset, b"k%d" % offset, worker=0, payload=None, now=0.0)
+    _finish(state, 3, 5, 7)
+    assert committer._events is not None
+    committer._events.states[state.tp] = state  # type: ignore[index]
+    return state
+
+
+@pytest.mark.parametrize("gap", [None, _GAP], ids=["whole", "compacted-gap"])
+def test_a_set_read_back_from_a_side_record_is_never_named_smaller(
+    desk: Any, gap: int | None
+) -> None:
+    """Without the side topic, a partition resumed from a side record's whole set cannot name
+    it in the metadata: it keeps its last commit. With a record of that set compacted away
+    (a gap now), the monotone fallback used to give up and name the runs nearest the cursor:
+    97 of the 119 committed records un-named, their outputs due again after a hand-over."""
+    committer, _, _, _ = desk
+    committer._max_metadata_bytes = 40
+    _with_side_topic(committer, ready=False)
+    state = _resumed_from_a_side_record(committer, gap)
+    committer.commit_async([state])
+    committed = set(_NAMED) - {gap}
+    named = decode_finished(state.committed or 0, state.committed_metadata)
+    assert committed <= named
+    assert committer.transactions == 0 and not _produced_to("out")
+
+
+def test_a_fragmented_set_with_a_gap_goes_whole_to_a_side_record(
+    desk: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the run cap (lowered to 130) with the side topic there: the commit names what the
+    last one named, still finished, in a new side record, not the nearest runs."""
+    monkeypatch.setattr(offsets, "_MAX_RUNS", 130)
+    committer, _, _, _ = desk
+    committer._max_metadata_bytes = 40
+    sides = _with_side_topic(committer, ready=True)
+    state = _resumed_from_a_side_record(committer, _GAP)
+    for offset in range(401, 460, 2):  # 30 more runs: past the cap
+        state.window.admit(offset, b"x%d" % offset, worker=0, payload=None, now=0.0)
+        state.window.admit(offset + 1, b"y%d" % offset, worker=0, payload=None, now=0.0)
+        _finish(state, offset)
+    committer.commit_async([state])
+    assert linked_record(state.committed_metadata) is not None
+    assert set(_NAMED) - {_GAP} <= _skipped_by_next_owner(state, sides)
+
+
+@pytest.mark.parametrize("regular", [True, False], ids=["fits-metadata", "side-record"])
+def test_gaps_that_split_a_set_past_the_run_cap_never_make_it_unreadable(
+    desk: Any, monkeypatch: pytest.MonkeyPatch, regular: bool
+) -> None:
+    """A partition resumed from a side record at the run cap (lowered to 40): compaction has
+    since removed a record inside 5 of its runs, so what is still finished of it has 45 runs.
+    Written whole, that text decodes as nothing, and the next owner would redo all 115 (or
+    246) committed records; the commit sends the previous set itself again instead."""
+    cap = 40
+    monkeypatch.setattr(offsets, "_MAX_RUNS", cap)
+    committer, _, _, _ = desk
+    committer._max_metadata_bytes = 40
+    sides = _with_side_topic(committer, ready=True)
+    rng = random.Random(3)
+    named: list[int] = []
+    gaps: set[int] = set()
+    start = 10
+    for i in range(cap):
+        length = 3 if regular else rng.randint(3, 9)
+        named.extend(range(start, start + length))
+        if i < 5:
+            gaps.add(start + 1)
+        start += length + (2 if regular else rng.randint(2, 40))
+    state = _resumed_from_a_side_record(committer, None, named, frozenset(gaps))
+    committer.commit_async([state])
+    still = {o for o in set(named) - gaps if o > (state.committed or 0)}
+    assert still <= _skipped_by_next_owner(state, sides)
+
+
+def test_a_fallback_partition_with_nothing_new_is_not_a_failed_commit(desk: Any) -> None:
+    """Without the side topic, a partition whose monotone fallback committed has nothing to
+    send while nothing changes: no transaction, and no failed commit counted."""
+    committer, state, _, _ = desk
+    committer._max_metadata_bytes = 16
+    _with_side_topic(committer, ready=False)
+    _finish(state, *range(2, 40, 2), admitted=40)
+    committer.commit_async([state])
+    assert committer.transactions == 1
+    failed = _failed_commits(committer)
+    for _ in range(3):
+        committer.commit_async([state])
+    assert committer.transactions == 1 and _failed_commits(committer) == failed
+
+
+def test_side_records_purged_three_times_in_a_row_turn_the_side_topic_off(desk: Any) -> None:
+    """No Write ACL on the side topic: librdkafka fails AddPartitionsToTxn, makes the
+    transaction abortable and purges what is queued, so the side record reports only
+    _PURGE_QUEUE. Three such transactions in a row turn the topic off (each was aborted and
+    redone); it used to abort every commit for ever."""
+    committer, state, events, _ = desk
+    committer._max_metadata_bytes = 16
+    sides = FinishedSets({"bootstrap.servers": "127.0.0.1:1"}, "g")
+    sides._ready = True
+    committer._finished_sets = sides
+    produce, poll = FakeProducer.produce, FakeProducer.poll
+
+    def purge(self: FakeProducer, timeout: float) -> int:
+        pending, self.pending = self.pending, []
+        for report, _value in pending:
+            report(KafkaError(KafkaError._PURGE_QUEUE), None)
+        return len(pending)
+
+    def produce_side(self: FakeProducer, topic: str, value: Any, key: Any, **extra: Any) -> None:
+        produce(self, topic, value, key, **extra)
+        if topic == sides.topic:
+            self.pending.append((extra["on_delivery"], value))
+
+    FakeProducer.produce = produce_side  # type: ignore[method-assign]
+    FakeProducer.poll = purge  # type: ignore[method-assign]
+    try:
+        for attempt in range(3):
+            assert sides.ready()
+            state = events.states[state.tp]
+            state.window = InFlightWindow(start_offset=2, max_window=100, per_worker_capacity=100)
+            for offset in range(2, 42):
+                state.window.admit(offset, b"k%d" % offset, worker=0, payload=None, now=0.0)
+            _finish(state, *range(4, 40, 2))
+            committer.commit_async([state])
+            assert committer.transactions == 0 and events.log.count("lost") == attempt + 1
+        assert not sides.ready()
+    finally:
+        FakeProducer.produce, FakeProducer.poll = produce, poll  # type: ignore[method-assign]
+
+
 def test_without_the_side_topic_a_plain_partition_falls_back_to_monotone_metadata(
     desk: Any,
 ) -> None:
@@ -484,6 +646,42 @@ def test_a_producer_fenced_twice_stops_the_member_and_is_never_initialised_again
     assert events.log == ["lost", "assigned"]  # no second redo: nothing is committed here now
     assert committer.commit_sync([fresh])  # the shutdown's commit: done waiting, no re-init
     assert FakeProducer.instances[-1] is second and second.calls.count(("init",)) == 1
+
+
+def _fenced_behind_fatal(producer: FakeProducer) -> None:
+    """As librdkafka does once a fence made the producer fail for good: ``produce()`` answers
+    only _FATAL, and the next poll raises the cause (confluent-kafka's error_cb)."""
+    producer.fail_produce = KafkaException(KafkaError(KafkaError._FATAL))
+    cause = KafkaException(KafkaError(KafkaError._FENCED, fatal=True))
+
+    def poll(timeout: float) -> int:
+        raise cause
+
+    producer.poll = poll  # type: ignore[method-assign]
+
+
+def test_a_fence_seen_as_a_fatal_produce_is_still_a_fence(desk: Any) -> None:
+    """The 30-minute exclusive run's fence surfaced as "Unable to produce message: Local:
+    Fatal error": taken for an ordinary failure, it was never counted, logged or given up on,
+    and a second fence did not stop the member (two holders of one id would fence each other
+    for ever). The cause, which the next poll raises, decides."""
+    committer, state, events, _ = desk
+    fences = families.producer_fenced.labels(*committer._metrics._labels)
+    _fenced_behind_fatal(FakeProducer.instances[-1])
+    _finish(state, 0, 1)
+    committer.commit_async([state])
+    assert fences._value.get() == 1 and not committer.fenced
+    assert events.log == ["lost", "assigned"]
+    assert committer._ready()
+    _fenced_behind_fatal(FakeProducer.instances[-1])
+    fresh = events.states[state.tp]
+    fresh.window = InFlightWindow(start_offset=2, max_window=100, per_worker_capacity=100)
+    fresh.window.admit(2, b"k", worker=0, payload=None, now=0.0)
+    fresh.window.complete(2)
+    fresh.outputs.stage(2, [OutputMessage("out", b"k", b"v2", None)])
+    fresh.outputs.release(2)
+    committer.commit_async([fresh])
+    assert committer.fenced and committer.stops == ["stop"] and fences._value.get() == 2
 
 
 def test_an_unexpected_exception_inside_the_transaction_recovers_instead_of_escaping(

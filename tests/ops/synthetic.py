@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import threading
 
+from keyshared.core.holding import Phase
 from keyshared.metrics import (
     ConsumerMetrics,
     CoordinatorMetrics,
@@ -111,6 +112,7 @@ class SyntheticExporter:
                 z.generation(tick // 10)
                 z.owned(self.topic, ranges=2, slots=32768 + rng.randint(-100, 100))
                 z.pending_drains(rng.randint(0, 2))
+                z.holdings("key_shared", {Phase.ACTIVE: 2, Phase.WAITING: rng.randint(0, 1)})
                 z.handover_waited(rng.random())
                 z.fenced()
                 z.session("suspended" if rng.random() < 0.1 else "connected")

@@ -48,7 +48,11 @@ from .dashboard import (
 from .prometheus import BINARY, Prometheus
 from .synthetic import SyntheticExporter
 
-COORDINATOR_ONLY = ("keyshared_coordinator_", "keyshared_dispatch_hold_seconds")
+COORDINATOR_ONLY = (
+    "keyshared_coordinator_",
+    "keyshared_dispatch_hold_seconds",
+    "keyshared_holdings",
+)
 ALERTS = Path(__file__).parents[2] / "grafana" / "prometheus" / "keyshared-alerts.yml"
 
 needs_prometheus = pytest.mark.skipif(

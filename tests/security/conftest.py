@@ -49,6 +49,7 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslBroker
     cluster = LocalCluster(
         tmp_path_factory.mktemp("keyshared-sasl"),
         sasl_users={ADMIN: ADMIN_PASSWORD, USER: PASSWORD},
+        sasl_acls=True,
         kafka_heap_mb=512,
         zookeeper_heap_mb=128,
     )

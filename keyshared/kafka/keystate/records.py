@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import base64
 import json
-import re
-import zlib
 from dataclasses import asdict, dataclass
+
+from keyshared.kafka.keystate.topic import group_topic
 
 __all__ = [
     "RELEASE_HEADER",
@@ -44,12 +44,8 @@ class KeyState:
 
 
 def topic_for(group: str) -> str:
-    """The key-state topic of ``group``; characters a topic name cannot hold are replaced and
-    a checksum keeps two such groups apart."""
-    safe = re.sub(r"[^a-zA-Z0-9._-]", "_", group)
-    if safe != group:
-        safe = f"{safe[:200]}-{zlib.crc32(group.encode()):08x}"
-    return f"keyshared.keys.{safe}"
+    """The key-state topic of ``group``."""
+    return group_topic("keyshared.keys", group)
 
 
 def encode_key(topic: str, partition: int, key: bytes | None) -> bytes:

@@ -9,8 +9,10 @@ for its end then fails with errors that only mean "not yet", and those are waite
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +23,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from keyshared.kafka.keystate.errors import KeyStateError
 
-__all__ = ["TopicEnd", "ensure_topic"]
+__all__ = ["TopicEnd", "ensure_topic", "group_topic"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,16 @@ _NOT_READY_YET = frozenset({
 })  # fmt: skip
 FRESH_CLIENT_AFTER_S = 2.0
 """How long a client may keep answering "not yet" before a new client asks instead."""
+
+
+def group_topic(prefix: str, group: str) -> str:
+    """The topic ``prefix.<group>`` that keyshared keeps for a consumer group (key state,
+    finished sets); characters a topic name cannot hold are replaced and a checksum keeps two
+    such groups apart."""
+    safe = re.sub(r"[^a-zA-Z0-9._-]", "_", group)
+    if safe != group:
+        safe = f"{safe[:200]}-{zlib.crc32(group.encode()):08x}"
+    return f"{prefix}.{safe}"
 
 
 def ensure_topic(
