@@ -72,12 +72,20 @@ def blocked_records(count: int, share: float, seed: int) -> list[tuple[bytes | N
 
 
 def member(
-    bootstrap: str, group: str, source: str, name: str, handler: Outputs, **options: Any
+    bootstrap: str,
+    group: str,
+    source: str,
+    name: str,
+    handler: Outputs,
+    client: dict[str, str] | None = None,
+    **options: Any,
 ) -> Running:
-    """An exactly-once member that blocks a key at its poison record."""
+    """An exactly-once member that blocks a key at its poison record (``client``: more client
+    properties, e.g. credentials)."""
+    config = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name}
     return Running(
         KeySharedConsumer(
-            {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name},
+            {**config, **(client or {})},
             [source],
             handler,
             workers=4,

@@ -27,7 +27,6 @@ from confluent_kafka.admin import (
 )
 from prometheus_client import REGISTRY
 
-from keyshared import KeySharedConsumer, RetryPolicy
 from keyshared.dev.kafka import sasl_client_config
 from keyshared.dev.topics import create_topic, unique_name
 from keyshared.kafka import finished_sets
@@ -35,7 +34,7 @@ from keyshared.kafka.commits import Committer
 from tests.kafka.support.inprocess import Running
 from tests.kafka.support.journal import produce, wait_for
 from tests.kafka.test_exactly_once import assert_exactly_once, expected_outputs, read_committed
-from tests.kafka.test_exactly_once_overflow import Outputs, blocked_records
+from tests.kafka.test_exactly_once_overflow import Outputs, blocked_records, member
 from tests.security.conftest import ADMIN, ADMIN_PASSWORD, USER, SaslBroker
 
 RECORDS = 10_000
@@ -46,19 +45,7 @@ log = logging.getLogger(__name__)
 
 
 def _member(broker: SaslBroker, group: str, source: str, name: str, handler: Outputs) -> Running:
-    return Running(
-        KeySharedConsumer(
-            {**broker.config, "group.id": group, "client.id": name},
-            [source],
-            handler,
-            workers=4,
-            exactly_once=True,
-            poison="block",
-            commit_interval=0.2,
-            retry=RetryPolicy(max_attempts=1),
-            drain_timeout=2,
-        )
-    )
+    return member(broker.bootstrap, group, source, name, handler, client=broker.credentials)
 
 
 def _commits(group: str, member: str, outcome: str) -> float:
