@@ -631,3 +631,97 @@ def test_a_commit_names_every_offset_finished_before_the_restart(
     cursor = w.safe_cursor
     named = set(w.finished_above_cursor())
     assert all(o < cursor or o in named for o in done)
+
+
+def test_a_give_back_at_a_carried_offset_does_not_pull_the_cursor_onto_it() -> None:
+    w = InFlightWindow[str](start_offset=0, already_done=frozenset({3, 4}))
+    for o in range(3):
+        e = w.admit(o, b"k", 0, "p", 0.0)
+        assert e is not None
+        w.complete(e)
+    assert w.safe_cursor == 5 and w.seen_end == 3
+    w.give_back(3)  # draining batch starting at a carried offset
+    assert w.safe_cursor == 5  # old code: 3 (un-naming 3)
+    assert not w.finished_above_cursor()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    log_gaps=st.lists(st.integers(1, 3), min_size=1, max_size=40),
+    done_pick=st.lists(st.booleans(), max_size=40),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["admit", "complete", "observe", "give_back"]), st.integers(0, 50)
+        ),
+        max_size=120,
+    ),
+    start_skip=st.integers(0, 2),
+)
+def test_no_loss_and_no_carried_offset_un_named_whatever_the_window_meets(
+    log_gaps: list[int], done_pick: list[bool], ops: list[tuple[str, int]], start_skip: int
+) -> None:
+    """A log with gaps (markers), some records finished before the restart, and any mix of
+    admits, filtered records, completions, consumer positions and give-backs: after every
+    step nothing unfinished is below the cursor, the cursor never goes back nor rests on a
+    carried offset, every carried offset is below it or named, and a given-back record that
+    is not carried is never passed."""
+    offsets: list[int] = []
+    o = start_skip
+    for g in log_gaps:
+        offsets.append(o)
+        o += g
+    hw = o
+    done = {off for off, d in zip(offsets, done_pick, strict=False) if d}
+    w = InFlightWindow[str](start_offset=0, max_window=10_000, already_done=frozenset(done))
+    nxt = 0  # index of next record to deliver
+    live: list[int] = []
+    finished: set[int] = set()
+    ceiling: int | None = None
+    prev = w.safe_cursor
+    for op, arg in ops:
+        if op == "admit" and nxt < len(offsets):
+            if ceiling is not None:
+                continue
+            off = offsets[nxt]
+            nxt += 1
+            if arg % 7 == 0:
+                w.admit_finished(off)
+                finished.add(off)
+                continue
+            e = w.admit(off, b"k%d" % (arg % 4), arg % 3, "p", 0.0)
+            if off in done:
+                assert e is None
+            else:
+                live.append(off)
+        elif op == "complete":
+            inflight = [x for x in live if (en := w.get(x)) is not None and en.in_flight]
+            if inflight:
+                x = inflight[arg % len(inflight)]
+                w.complete(x)
+                live.remove(x)
+                finished.add(x)
+        elif op == "observe" and ceiling is None:
+            # position: just past the last delivered record, or up to next record (markers)
+            pos = offsets[nxt] if nxt < len(offsets) else hw
+            w.observe_position(pos)
+        elif op == "give_back" and nxt < len(offsets):
+            off = offsets[nxt]
+            w.give_back(off)
+            ceiling = off if ceiling is None else min(ceiling, off)
+        cur = w.safe_cursor
+        assert cur >= prev, (prev, cur)
+        prev = cur
+        # no loss: every record below the cursor is finished or carried done
+        for off in offsets:
+            if off < cur:
+                assert off in done or off in finished, (off, cur, done, finished)
+        # the cursor never rests on a carried offset, and carried ones are all named
+        assert cur not in done
+        named = set(w.finished_above_cursor())
+        assert all(d < cur or d in named for d in done)
+        assert named <= done | finished, named - done - finished
+        # a given-back record not carried is never passed
+        if ceiling is not None:
+            first_not_done = min((x for x in offsets if x >= ceiling and x not in done), default=hw)
+            assert cur <= first_not_done
+        assert cur <= hw
