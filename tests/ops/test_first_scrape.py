@@ -24,9 +24,13 @@ from tests.kafka.support.inprocess import Recorder, running
 from .dashboard import dashboard_queries, metric_names
 
 ALERTS = Path(__file__).parents[2] / "grafana" / "prometheus" / "keyshared-alerts.yml"
-# Coordinator series, and the holds on dispatch, which only a coordinated member takes (its
-# session gate declares them at 0).
-COORDINATOR_ONLY = ("keyshared_coordinator_", "keyshared_dispatch_hold_seconds")
+# Coordinator series, the holds on dispatch, which only a coordinated member takes (its
+# session gate declares them at 0), and its holdings (leases, ranges, the exclusive lock).
+COORDINATOR_ONLY = (
+    "keyshared_coordinator_",
+    "keyshared_dispatch_hold_seconds",
+    "keyshared_holdings",
+)
 # Per-partition families have series only once a partition is assigned.
 PER_PARTITION = tuple(m.name for family in PARTITION_FAMILIES for m in family.describe())
 
