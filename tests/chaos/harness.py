@@ -174,10 +174,12 @@ def run_chaos(
             members.start(f"M{i}")
         producer = PacedProducer(bootstrap, topic, records, plan.fault_seconds)
         producer.start()
-        # Offsets live in Kafka in the partition modes (in ZooKeeper in key_shared/exclusive):
-        # there a kill's duplicates are judged against what the victim had committed.
-        if plan.mode in ("partition", "partition_leases"):
+        # Offsets live in the Kafka group in the partition modes and in exclusive mode (whose
+        # active member commits to the group id it does not join; key_shared keeps them in
+        # ZooKeeper): there a kill's re-runs are judged against what the victim had committed.
+        if plan.mode in ("partition", "partition_leases", "exclusive"):
             snapshots = CommitWatch(bootstrap, group, topic, plan.partitions)
+        if plan.mode in ("partition", "partition_leases"):  # a group that rebalances
             result.group_states = GroupStates(bootstrap, group, workdir / "group-states")
         not_before = started
         spells: list[threading.Thread] = []  # link faults under way
