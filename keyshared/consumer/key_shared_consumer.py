@@ -31,7 +31,7 @@ from keyshared.consumer.assembly import RunParts, assemble
 from keyshared.core.redaction import shown_key
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.startup import ClientErrors, build_consumer, check_reachable
-from keyshared.kafka.transactions import check_producer_config
+from keyshared.kafka.transactional_config import check_producer_config
 from keyshared.modes.recipes import Recipes
 from keyshared.record import Record
 from keyshared.runtime.batches import BatchHandler

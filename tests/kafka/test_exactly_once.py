@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from keyshared import BatchError, KeySharedConsumer, RetryPolicy
 from keyshared.dev import LocalCluster
 from keyshared.errors import ConfigurationError
-from keyshared.kafka.transactions import producer_config
+from keyshared.kafka.transactional_config import producer_config
 from tests.kafka.support.faults import fault_fraction
 from tests.kafka.support.journal import (
     count_finished,

@@ -13,7 +13,8 @@ from confluent_kafka import Producer
 
 from keyshared import KeySharedConsumer
 from keyshared.errors import ConfigurationError
-from keyshared.kafka.transactions import producer_config, transactional_store
+from keyshared.kafka.transactional_config import producer_config
+from keyshared.kafka.transactions import transactional_store
 from keyshared.settings import ConsumerOptions, build_kafka_config
 
 UNREACHABLE = {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}
