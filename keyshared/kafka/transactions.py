@@ -35,7 +35,8 @@ An output the broker refused for what it is (not for its state) would fail the r
 it is pinned to its record first, which then takes its poison path instead of running.
 
 A producer fenced twice within a minute is the exception: another live process holds the
-``transactional.id``, and a new producer would fence it back. The member stops instead.
+``transactional.id``, and a new producer would fence it back. The member stops instead
+(:mod:`keyshared.core.fence_window` says when a fence is the second).
 
 Exclusive mode with a coordinator hands one transactional identity from active member to
 active member (:mod:`keyshared.kafka.active_role`): the committer then holds a producer only
@@ -62,6 +63,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from keyshared.core.fence_window import FenceWindow
 from keyshared.core.offsets import (
     MAX_RUNS,
     Encoded,
@@ -110,7 +112,6 @@ _METADATA_TIMEOUT = 5.0
 _MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default
 _SIDE_RECORD_ROOM = 4096  # a side record's key (topic name) and record framing
 _MAX_PROBES = 100  # suspect records probed after one failed transaction (the rest: next time)
-_FENCE_WINDOW = 60.0  # seconds: a second fence within it is another live holder of the id
 _FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
 # Delivery errors caused by the message or its topic, not by the broker's state: the same
 # output is refused again on every redo. (_INVALID_DIFFERENT_RECORD, a neighbour's fault in the
@@ -161,7 +162,7 @@ class TransactionalCommitter(Committer):
         self._reset_to_end = reset_to_end
         self._on_fenced = on_fenced
         self.fenced = False  # another live producer took this transactional.id: never again
-        self._fences: list[float] = []  # monotonic times of recent fences
+        self._fences = FenceWindow()
         self._suspects: dict[Source, str] = {}  # records whose output the broker refused
         self._stuck: list[Any] = []  # producers given up inside a call that never returned
         metrics.producer_fenced(0)
@@ -736,14 +737,11 @@ class TransactionalCommitter(Committer):
     def _fenced_twice(self, exc: BaseException) -> bool:
         """The producer was fenced: True if this member stopped for it.
 
-        A fence has two causes: another live process initialised the same
-        ``transactional.id`` (it now commits what this member was committing), or the broker
-        timed out this member's transaction and bumped the epoch itself (seen across a broker
-        restart). The first fence is taken like any unusable producer (a new one, a redo): a
-        lone broker-side fence must not stop a member. A second one within
-        ``_FENCE_WINDOW`` is another holder: re-initialising again would fence it back, and the
-        two would take turns failing each other's transactions for as long as both run. The
-        member then stops committing and stops, and says why."""
+        The first fence is taken like any unusable producer (a new one, a redo); a second one
+        within the window (:class:`~keyshared.core.fence_window.FenceWindow`) is another live
+        holder of the ``transactional.id``, which a new producer would fence back. The member
+        then stops committing and stops, and says why. With the active role, any fence gives
+        the role up instead."""
         txn_id = self._producer_config.get("transactional.id")
         self._metrics.producer_fenced()
         if self._role is not None:
@@ -758,16 +756,14 @@ class TransactionalCommitter(Committer):
             self.deactivate()
             self._role.fenced()
             return True
-        now = time.monotonic()
-        self._fences = [t for t in self._fences if now - t < _FENCE_WINDOW] + [now]
-        if len(self._fences) < 2:
+        if not self._fences.record(time.monotonic()):
             log.error(
                 "the transactional producer was fenced (%s): another process initialised "
                 "transactional.id %r, or the broker timed out this member's transaction. A new "
                 "producer takes over; a second fence within %gs stops this member.",
                 exc,
                 txn_id,
-                _FENCE_WINDOW,
+                self._fences.window,
             )
             return False
         self.fenced = True
