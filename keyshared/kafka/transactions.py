@@ -32,7 +32,8 @@ the windows are dropped, their states are rebuilt from the committed offsets and
 and the consumer seeks there. That is exactly what a new owner would do, reuses the
 assignment path, and needs no memory of which outputs belonged to the aborted transaction.
 An output the broker refused for what it is (not for its state) would fail the redo again:
-it is pinned to its record first, which then takes its poison path instead of running.
+it is pinned to its record first (:mod:`keyshared.kafka.refused_outputs`), which then takes its
+poison path instead of running.
 
 A producer fenced twice within a minute is the exception: another live process holds the
 ``transactional.id``, and a new producer would fence it back. The member stops instead
@@ -85,6 +86,7 @@ from keyshared.kafka.commits import Committer
 from keyshared.kafka.finished_sets import FinishedSets
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.output_rules import OutputRules
+from keyshared.kafka.refused_outputs import RefusedOutputs, Source
 from keyshared.kafka.seams import MembershipEvents
 from keyshared.kafka.transactional_config import default_transactional_id, producer_config
 from keyshared.runtime.control import DispatchControl
@@ -100,7 +102,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Source = tuple[str, int, int]  # the record an output belongs to: topic, partition, offset
 Taken = list[tuple[PartitionState, list[tuple[int, list[OutputMessage]]]]]
 _TXN_TIMEOUT = 30.0  # seconds for a transactional call before the outcome counts as unknown
 # librdkafka may ignore send_offsets_to_transaction's timeout when the group coordinator it
@@ -111,21 +112,7 @@ _OFFSETS_CALL_TIMEOUT = 10.0
 _METADATA_TIMEOUT = 5.0
 _MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default
 _SIDE_RECORD_ROOM = 4096  # a side record's key (topic name) and record framing
-_MAX_PROBES = 100  # suspect records probed after one failed transaction (the rest: next time)
 _FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
-# Delivery errors caused by the message or its topic, not by the broker's state: the same
-# output is refused again on every redo. (_INVALID_DIFFERENT_RECORD, a neighbour's fault in the
-# same batch, is not among them.)
-_REFUSED_OUTPUT = frozenset(
-    (
-        KafkaError.MSG_SIZE_TOO_LARGE,
-        KafkaError.INVALID_RECORD,
-        KafkaError.INVALID_MSG,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.TOPIC_EXCEPTION,
-        KafkaError.POLICY_VIOLATION,
-    )
-)
 
 
 class _ProducerStuck(Exception):
@@ -163,13 +150,13 @@ class TransactionalCommitter(Committer):
         self._on_fenced = on_fenced
         self.fenced = False  # another live producer took this transactional.id: never again
         self._fences = FenceWindow()
-        self._suspects: dict[Source, str] = {}  # records whose output the broker refused
         self._stuck: list[Any] = []  # producers given up inside a call that never returned
         metrics.producer_fenced(0)
         self.output_rules = OutputRules(
             int(producer_config.get("message.max.bytes", _MESSAGE_MAX_BYTES)),
             lambda topic: consumer.list_topics(topic, timeout=_METADATA_TIMEOUT).topics.get(topic),
         )
+        self._refused = RefusedOutputs(self.output_rules, _TXN_TIMEOUT)
         self._events: MembershipEvents | None = None
         self._partitions: dict[str, int] = {}  # DLQ topic -> partition count
         # Exclusive mode with a coordinator (role=True): no producer until serve_role() and
@@ -435,7 +422,7 @@ class TransactionalCommitter(Committer):
         try:
             self._producer.begin_transaction()
             for source, message in outputs:
-                self._produce(message, functools.partial(self._delivered, source))
+                self._produce(message, functools.partial(self._refused.delivered, source))
             if self._finished_sets is not None:
                 offsets = self._finished_sets.link(
                     self._producer, offsets, self._max_metadata_bytes, _OFFSETS_CALL_TIMEOUT
@@ -449,9 +436,12 @@ class TransactionalCommitter(Committer):
             # times out.
             self._metrics.commit(False)
             exc = self._serve_reports(exc)
-            if not (_fenced(exc) and self._fenced_twice(exc)):
+            if not self._stopped_by_fence(exc):
                 self._recover(exc, states)
-                self._probe(outputs)
+                if self._refused.probe(
+                    outputs, self._producer, self._produce, self._stopped_by_fence
+                ):
+                    self._producer = None  # rebuilt (settling what is open) before the next commit
             return False
         self._metrics.commit(True)
         self.transactions += 1
@@ -668,63 +658,6 @@ class TransactionalCommitter(Committer):
         if outcome[0] is not None:
             raise outcome[0]
 
-    def _delivered(self, source: Source, err: KafkaError | None, msg: Any) -> None:
-        """The broker refused an output for what it is, not for its own state: its record is
-        a suspect. Not yet the culprit: the broker refuses a whole batch for one bad record,
-        so every output of that batch reports the same error."""
-        if err is not None and err.code() in _REFUSED_OUTPUT:
-            self._suspects[source] = str(err)
-
-    def _probe(self, outputs: list[tuple[Source, OutputMessage]]) -> None:
-        """After the failed transaction was aborted: produce each suspect record's outputs
-        alone, in a transaction that is always aborted (read_committed readers never see it),
-        and pin the refusal to the records whose own outputs are refused. The redo then fails
-        those records (their poison path) instead of running them into the same refusal at
-        every commit interval; the other suspects run again as usual."""
-        if not self._suspects or self._producer is None:
-            return
-        suspects, self._suspects = self._suspects, {}
-        by_record: dict[Source, list[OutputMessage]] = {}
-        for source, message in outputs:
-            if source in suspects and message.source_partition is None:
-                by_record.setdefault(source, []).append(message)
-        for source, messages in list(by_record.items())[:_MAX_PROBES]:
-            refusal = self._probe_one(messages)
-            if self._producer is None:
-                return  # the producer became unusable: the next failure probes again
-            if refusal is not None and self.output_rules.pin(source, refusal):
-                log.error("output of %s[%d]@%d refused by the broker (%s): the record takes "
-                          "its poison path when it is redone", *source, refusal)  # fmt: skip
-
-    def _probe_one(self, messages: list[OutputMessage]) -> str | None:
-        refusals: list[str] = []
-
-        def report(err: KafkaError | None, msg: Any) -> None:
-            if err is not None and err.code() in _REFUSED_OUTPUT:
-                refusals.append(str(err))
-
-        try:
-            self._producer.begin_transaction()
-            for message in messages:
-                self._produce(message, report)
-            left = self._producer.flush(_TXN_TIMEOUT)
-            self._producer.abort_transaction(_TXN_TIMEOUT)
-        except KafkaException as exc:
-            if _fenced(exc) and self._fenced_twice(exc):
-                return None
-            err = exc.args[0] if exc.args else None
-            try:
-                if not (isinstance(err, KafkaError) and err.txn_requires_abort()):
-                    raise
-                self._producer.abort_transaction(_TXN_TIMEOUT)
-            except KafkaException:
-                with contextlib.suppress(KafkaException, RuntimeError):
-                    self._producer.purge()
-                self._producer = None  # rebuilt (settling what is open) before the next commit
-                return None
-            return refusals[0] if refusals else None
-        return refusals[0] if refusals and not left else None
-
     def _partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)
         if count is None:
@@ -733,6 +666,10 @@ class TransactionalCommitter(Committer):
                 raise LookupError(f"DLQ topic {topic!r} is unavailable; create it")
             count = self._partitions[topic] = len(meta.partitions)
         return count
+
+    def _stopped_by_fence(self, exc: BaseException) -> bool:
+        """True if ``exc`` is a fence that stopped this member (or gave its role up)."""
+        return _fenced(exc) and self._fenced_twice(exc)
 
     def _fenced_twice(self, exc: BaseException) -> bool:
         """The producer was fenced: True if this member stopped for it.
