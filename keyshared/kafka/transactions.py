@@ -27,10 +27,8 @@ A transaction that fails is aborted (or, when the producer is unusable or the ou
 unknown, a new producer with the same ``transactional.id`` settles it: ``init_transactions``
 aborts an open transaction of its id). The windows then claim records finished whose outputs
 were discarded, so every partition of that transaction still owned here is redone as if it
-had been lost and assigned again (the others kept their outputs for their next commit):
-the windows are dropped, their states are rebuilt from the committed offsets and metadata,
-and the consumer seeks there. That is exactly what a new owner would do, reuses the
-assignment path, and needs no memory of which outputs belonged to the aborted transaction.
+had been lost and assigned again (:mod:`keyshared.kafka.redo`); the others kept their outputs
+for their next commit.
 An output the broker refused for what it is (not for its state) would fail the redo again:
 it is pinned to its record first (:mod:`keyshared.kafka.refused_outputs`), which then takes its
 poison path instead of running.
@@ -56,8 +54,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
     KafkaError,
     KafkaException,
     Producer,
@@ -86,6 +82,7 @@ from keyshared.kafka.commits import Committer
 from keyshared.kafka.finished_sets import FinishedSets
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.output_rules import OutputRules
+from keyshared.kafka.redo import Redo
 from keyshared.kafka.refused_outputs import RefusedOutputs, Source
 from keyshared.kafka.seams import MembershipEvents
 from keyshared.kafka.transactional_config import default_transactional_id, producer_config
@@ -146,7 +143,6 @@ class TransactionalCommitter(Committer):
         self._side_max_bytes -= _SIDE_RECORD_ROOM
         self._warned: set[tuple[str, TP]] = set()  # (reason, partition) logged once
         self._producer_config = producer_config
-        self._reset_to_end = reset_to_end
         self._on_fenced = on_fenced
         self.fenced = False  # another live producer took this transactional.id: never again
         self._fences = FenceWindow()
@@ -166,10 +162,7 @@ class TransactionalCommitter(Committer):
         self._active = False
         # None after a failure, until rebuilt
         self._producer: Any = None if role else self._new_producer()
-        # Partitions whose redo could not read their committed offsets yet (broker away):
-        # paused, stateless, retried before every transaction.
-        self._redo_pending: set[TP] = set()
-        self._redo_fencing: dict[TP, Callable[[bytes | None, int], int | None]] = {}
+        self._redo = Redo(consumer, reset_to_end)
         self.transactions = 0  # committed transactions (tests and logs)
 
     _left_out_means = "their outputs wait until a commit can name them or the cursor passes them"
@@ -241,6 +234,7 @@ class TransactionalCommitter(Committer):
 
     def bind(self, events: MembershipEvents) -> None:
         self._events = events
+        self._redo.bind(events)
 
     def _lookup_state(self, tp: TP) -> PartitionState | None:
         return self._events.states.get(tp) if self._events is not None else None
@@ -286,8 +280,7 @@ class TransactionalCommitter(Committer):
         open is aborted by the next holder's initialisation); no producer until the next
         :meth:`activate`; pending redos are forgotten (the partitions left with the role)."""
         self._active = False
-        self._redo_pending.clear()
-        self._redo_fencing.clear()
+        self._redo.forget()
         producer, self._producer = self._producer, None
         if producer is not None:
             with contextlib.suppress(KafkaException, RuntimeError):
@@ -498,7 +491,7 @@ class TransactionalCommitter(Committer):
                 self._metrics.commit(False)
                 log.warning("transactional producer not ready yet: %s", exc)
                 return False
-        if not self._finish_redo():
+        if not self._redo.finish():
             self._metrics.commit(False)
             return False
         return True
@@ -765,78 +758,11 @@ class TransactionalCommitter(Committer):
                     self._producer.purge()
             self._producer = None
         live = self._events.states if self._events is not None else {}
-        self.redo([s.tp for s in states if live.get(s.tp) is s])
+        self._redo.redo([s.tp for s in states if live.get(s.tp) is s])
 
     def leaving(self, partitions: list[TP]) -> None:
-        """A revoke: a pending redo of these partitions is dropped, so the revoke's own commit
-        (which finishes pending redos first) does not build them again inside the callback."""
-        for tp in partitions:
-            self._redo_pending.discard(tp)
-            self._redo_fencing.pop(tp, None)
-
-    def redo(self, tps: list[TP] | None = None) -> None:
-        """These partitions (default: every live one) as if lost and assigned again: windows
-        dropped, states rebuilt from the committed offsets and metadata, the consumer
-        positioned there."""
-        events = self._events
-        if events is None:
-            return
-        if tps is None:
-            tps = list(events.states)
-        if tps:
-            for tp in tps:  # a coordinator's fencing token stays: the lease did not change
-                state = events.states.get(tp)
-                if state is not None and state.fencing is not None:
-                    self._redo_fencing[tp] = state.fencing
-            events.lost(tps)
-            self._redo_pending.update(tps)
-            with contextlib.suppress(KafkaException):
-                self._consumer.pause([TopicPartition(*tp) for tp in tps])
-        self._finish_redo()
-
-    def _finish_redo(self) -> bool:
-        """Rebuild the pending partitions still assigned here; False if the broker did not
-        answer (they stay paused and pending)."""
-        events = self._events
-        if not self._redo_pending or events is None:
-            return True
-        tps: list[TP] = []
-        try:
-            assignment = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
-            tps = [t for t in self._redo_pending if t in assignment and t not in events.states]
-            # A rebalance that assigned a pending partition again has rebuilt and positioned
-            # it already; it only needs resuming.
-            rebuilt = [t for t in self._redo_pending if t in assignment and t in events.states]
-            events.assigned(tps)
-        except Exception as exc:
-            # Roll back states built before the failure: a retry that found them would take
-            # them as rebuilt and leave their partitions paused at a position nobody set.
-            partial = [t for t in tps if t in events.states]
-            if partial:
-                events.lost(partial)
-            log.warning("redo: reading the committed offsets failed, retrying: %s", exc)
-            return False
-        self._redo_pending.clear()
-        partitions = [TopicPartition(*t) for t in rebuilt]
-        for tp in tps:
-            state = events.states.get(tp)
-            fencing = self._redo_fencing.pop(tp, None)
-            if state is not None and state.fencing is None:
-                state.fencing = fencing
-            committed = state.committed if state is not None else None
-            if committed is None:
-                committed = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
-            partitions.append(TopicPartition(tp[0], tp[1]))
-            try:
-                self._consumer.seek(TopicPartition(tp[0], tp[1], committed))
-            except KafkaException as exc:
-                log.error("redo: seeking %s[%d] to %s failed: %s", *tp, committed, exc)
-        self._redo_fencing.clear()  # of partitions no longer assigned here
-        if partitions:
-            with contextlib.suppress(KafkaException):
-                self._consumer.resume(partitions)
-        log.info("redo: %d partition(s) resume from their committed offsets", len(tps))
-        return True
+        """A revoke: a pending redo of these partitions is dropped (:meth:`Redo.leaving`)."""
+        self._redo.leaving(partitions)
 
 
 def _code(exc: BaseException) -> int | None:

@@ -778,7 +778,7 @@ def test_a_commit_that_cannot_start_counts_as_failed(
     def away() -> list[TopicPartition]:
         raise KafkaException(KafkaError(KafkaError._TRANSPORT))
 
-    committer._redo_pending.add(("t", 1))
+    committer._redo._pending.add(("t", 1))
     monkeypatch.setattr(consumer, "assignment", away)
     committer.commit_async([state])
     assert _failed_commits(committer) == before + 2 and committer.transactions == 0
