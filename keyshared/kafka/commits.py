@@ -8,7 +8,9 @@ because after them another member may start.
 The refresh is for groups Kafka sees without members (``exclusive`` and ``key_shared`` only
 ``assign()``): Kafka expires their offsets ``offsets.retention.minutes`` (7 days by default)
 after the last commit, running or not, and a partition quiet that long would restart from
-``auto.offset.reset`` at the next activation.
+``auto.offset.reset`` at the next activation. Hourly suits Kafka's default; a mode whose group
+has no Kafka members follows the brokers' own retention instead
+(:meth:`Committer.follow_retention`, :mod:`keyshared.kafka.offset_retention`).
 """
 
 from __future__ import annotations
@@ -68,6 +70,15 @@ class Committer:
         self._dispatcher = dispatcher
         self._max_metadata_bytes = max_metadata_bytes
         self._sent_at: dict[tuple[str, int], float] = {}  # last commit sent (monotonic)
+        self._refresh_every: Callable[[], float] = lambda: OFFSET_REFRESH_S
+
+    def follow_retention(self, refresh_every: Callable[[], float]) -> None:
+        """Commit unchanged offsets again every ``refresh_every()`` seconds instead of hourly.
+
+        Caller: a mode whose group has no Kafka members (exclusive with a coordinator), at
+        join; :class:`~keyshared.kafka.offset_retention.OffsetRetention` gives the interval.
+        Affects: how often :meth:`_offsets` sends an unchanged partition's offset again."""
+        self._refresh_every = refresh_every
 
     def _offsets(
         self,
@@ -82,6 +93,7 @@ class Committer:
         if taken is not None:
             taken.extend(outputs)
         now = time.monotonic()
+        refresh = self._refresh_every()
         for state, cursor, finished in snapshot:
             metadata = ""
             if finished:
@@ -106,7 +118,7 @@ class Committer:
                     )
                 metadata = encoded.text
             unchanged = skip_unchanged and state.commit_sent == (cursor, metadata)
-            if unchanged and now - self._sent_at.get(state.tp, -math.inf) < OFFSET_REFRESH_S:
+            if unchanged and now - self._sent_at.get(state.tp, -math.inf) < refresh:
                 continue
             state.commit_sent = (cursor, metadata)
             self._sent_at[state.tp] = now

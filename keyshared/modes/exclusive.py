@@ -62,6 +62,7 @@ from keyshared.core.types import TP
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.commits import Committer
 from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
+from keyshared.kafka.offset_retention import OffsetRetention
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.transactions import TransactionalCommitter
 from keyshared.modes.handback import HandBack, gone
@@ -211,6 +212,10 @@ class ExclusiveMember:
         self._committer = self._ctx.kafka_committer or Committer(
             consumer, self._ctx.metrics, self._ctx.dispatcher, lambda tp: events.states.get(tp)
         )
+        # assign(): a group without Kafka members, whose offsets Kafka expires however busy
+        # the group is; they are this mode's progress, so they are refreshed within that time.
+        retention = OffsetRetention(self._ctx.kafka_config).start()
+        self._committer.follow_retention(lambda: retention.refresh_every)
         if isinstance(self._committer, TransactionalCommitter):
             self._role_producer = self._committer
             self._role_producer.serve_role(self)

@@ -13,6 +13,7 @@ happens within the test; the tests' own broker keeps them for a week.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from coordinator import ZooKeeperCoordinator
 from coordinator.layout import GroupLayout
 from keyshared.dev import LocalCluster
 from keyshared.dev.topics import create_topic, unique_name
+from keyshared.kafka.offset_retention import read_retention_minutes, refresh_interval
 from keyshared.modes.topic_watch import TopicWatch
 from tests.coordinator.conftest import NAMESPACE, WAIT_S, ClientFactory, expire_session
 from tests.coordinator.members import StartMember
@@ -149,3 +151,41 @@ def test_a_quiet_partition_is_not_replayed_after_kafka_expired_its_offset(
         WAIT_S,
         "the pass to commit the new offset (Kafka holds one again)",
     )
+
+
+def test_the_brokers_offset_retention_is_read(kafka_bootstrap: str) -> None:
+    minutes = read_retention_minutes({"bootstrap.servers": kafka_bootstrap}, 10.0)
+    assert minutes == RETENTION_S / 60
+    assert refresh_interval(minutes) == RETENTION_S / 4
+
+
+def test_an_exclusive_groups_quiet_offsets_outlive_a_short_retention(
+    start: StartMember, kafka_bootstrap: str
+) -> None:
+    """Exclusive mode's progress is the group's Kafka offsets, which Kafka expires under a
+    running group (it only ``assign()``s). Before: refreshed hourly, a quiet partition's offset
+    went a minute after its commit here, and the next active member read the partition again
+    from its start."""
+    topic, group = unique_name("expiring-x"), unique_name("expiring-x")
+    create_topic(AdminClient({"bootstrap.servers": kafka_bootstrap}), topic, 1)
+    keys = [f"k{i}".encode() for i in range(20)]
+    _produce(kafka_bootstrap, topic, 0, keys, 1)
+    first, second = Recorder(pid=1), Recorder(pid=2)
+    active = start(group, topic, first, member="A", mode="exclusive")
+    wait_for(lambda: committed(kafka_bootstrap, group, topic)[0][0] == 20, WAIT_S * 2, "offset 20")
+
+    # Quiet for longer than the retention (checked every 2 s): the offset must stay.
+    quiet_until = time.monotonic() + RETENTION_S + 10
+    while time.monotonic() < quiet_until:
+        offset = committed(kafka_bootstrap, group, topic)[0][0]
+        assert offset == 20, f"Kafka expired the offset of a running exclusive group ({offset})"
+        time.sleep(2.0)  # sampling the broker's state over the retention, not awaiting an event
+
+    active.consumer.stop()
+    active.join()
+    start(group, topic, second, member="B", mode="exclusive")
+    _produce(kafka_bootstrap, topic, 0, keys, 2)
+    wait_for(lambda: len([e for e in second.events if e.kind == "E"]) >= 20, WAIT_S * 2,
+             "the next active member to handle the 20 new records")  # fmt: skip
+    again = [e for e in second.events if e.kind == "E" and e.seq == 1]
+    assert not again, f"{len(again)} records handled again by the next active member"

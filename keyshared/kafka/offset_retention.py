@@ -1,0 +1,92 @@
+"""How often an unchanged commit is sent again, so that Kafka keeps it while the group runs.
+
+A group whose members only ``assign()`` (``key_shared``, and ``exclusive`` with a
+coordinator) has no members in Kafka's eyes, and Kafka expires each of its committed offsets
+``offsets.retention.minutes`` after that offset's last commit, even while the group runs
+(KIP-211 spares only groups with members). A quiet partition's offset then goes, and
+in ``exclusive`` mode those offsets are the group's progress: the next active member would
+find none and start where ``auto.offset.reset`` says (the whole partition again, or past
+unprocessed records). So the committer sends unchanged offsets again well within the
+retention: every quarter of it, and at least hourly
+(:data:`~keyshared.kafka.commits.OFFSET_REFRESH_S`). The retention is the brokers' setting
+(Kafka's default is 7 days; some clusters keep a day or less, test clusters a minute), read
+once in the background when the member joins; until it is read, or if it cannot be (no
+``DescribeConfigs`` on the cluster), the hourly refresh applies.
+
+``key_shared`` keeps its progress in its range cursors: Kafka's offsets are there for lag
+tools, refreshed hourly by the low-watermark pass, and an expiry is told apart from an
+operator's reset (:mod:`keyshared.modes.topic_watch`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    ResourceType,
+)
+
+from keyshared.kafka.client_config import client_properties
+from keyshared.kafka.commits import OFFSET_REFRESH_S
+
+__all__ = ["OffsetRetention", "refresh_interval"]
+
+log = logging.getLogger(__name__)
+
+RETENTION_KEY = "offsets.retention.minutes"
+_READ_TIMEOUT = 10.0  # seconds for the one read of the brokers' setting
+
+
+def refresh_interval(retention_minutes: float | None) -> float:
+    """Seconds between commits of an unchanged offset: a quarter of the retention, at most
+    :data:`OFFSET_REFRESH_S` (None: the retention is unknown)."""
+    if retention_minutes is None or retention_minutes <= 0:
+        return OFFSET_REFRESH_S
+    return min(OFFSET_REFRESH_S, retention_minutes * 60.0 / 4)
+
+
+class OffsetRetention:
+    """The brokers' offset retention, read once on a thread of its own.
+
+    Caller: the exclusive member builds one at join and hands it to its committer, which
+    reads :attr:`refresh_every` on every commit (poll thread).
+    Affects: nothing but its own reading; :attr:`refresh_every` is one float, replaced once.
+    """
+
+    def __init__(self, kafka_config: Mapping[str, Any]) -> None:
+        self._config = {**client_properties(kafka_config), "log_level": 3}
+        self.refresh_every = OFFSET_REFRESH_S
+        self.retention_minutes: float | None = None
+
+    def start(self) -> OffsetRetention:
+        threading.Thread(target=self._read, name="keyshared-offset-retention", daemon=True).start()
+        return self
+
+    def _read(self) -> None:
+        try:
+            minutes = read_retention_minutes(self._config, _READ_TIMEOUT)
+        except Exception as exc:  # no DescribeConfigs ACL, broker away: the hourly refresh
+            log.info("could not read the brokers' %s (%s): unchanged offsets are committed "
+                     "again every %.0f s", RETENTION_KEY, exc, OFFSET_REFRESH_S)  # fmt: skip
+            return
+        self.retention_minutes = minutes
+        self.refresh_every = refresh_interval(minutes)
+        log.debug("%s = %g: unchanged offsets are committed again every %.0f s",
+                  RETENTION_KEY, minutes, self.refresh_every)  # fmt: skip
+
+
+def read_retention_minutes(config: Mapping[str, Any], timeout: float) -> float:
+    """One broker's ``offsets.retention.minutes`` (brokers of a cluster share it)."""
+    admin = AdminClient(dict(config))
+    brokers = admin.list_topics(timeout=timeout).brokers
+    if not brokers:
+        raise LookupError("no broker in the cluster's metadata")
+    resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
+    futures = admin.describe_configs([resource], request_timeout=timeout)
+    entries = futures[resource].result(timeout=timeout)
+    return float(entries[RETENTION_KEY].value)
