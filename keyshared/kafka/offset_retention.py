@@ -6,16 +6,17 @@ coordinator) has no members in Kafka's eyes, and Kafka expires each of its commi
 (KIP-211 spares only groups with members). A quiet partition's offset then goes, and
 in ``exclusive`` mode those offsets are the group's progress: the next active member would
 find none and start where ``auto.offset.reset`` says (the whole partition again, or past
-unprocessed records). So the committer sends unchanged offsets again well within the
+unprocessed records). So the exclusive member's committer sends unchanged offsets again well within the
 retention: every quarter of it, and at least hourly
 (:data:`~keyshared.kafka.commits.OFFSET_REFRESH_S`). The retention is the brokers' setting
 (Kafka's default is 7 days; some clusters keep a day or less, test clusters a minute), read
 once in the background when the member joins; until it is read, or if it cannot be (no
 ``DescribeConfigs`` on the cluster), the hourly refresh applies.
 
-``key_shared`` keeps its progress in its range cursors: Kafka's offsets are there for lag
-tools, refreshed hourly by the low-watermark pass, and an expiry is told apart from an
-operator's reset (:mod:`keyshared.modes.topic_watch`).
+``key_shared`` keeps its progress in its range cursors, and its leader's low-watermark pass
+brings Kafka's offsets up to them (:mod:`keyshared.modes.watermark_pass`): they are refreshed
+the same way, so that lag tools keep seeing the group and a leader that joins later does not
+find a running group's offset gone (it could not tell that from an operator's reset).
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ def refresh_interval(retention_minutes: float | None) -> float:
 class OffsetRetention:
     """The brokers' offset retention, read once on a thread of its own.
 
-    Caller: the exclusive member builds one at join and hands it to its committer, which
-    reads :attr:`refresh_every` on every commit (poll thread).
+    Caller: the exclusive member builds one at join for its committer (which reads
+    :attr:`refresh_every` on every commit, poll thread); the low-watermark pass builds one
+    when its first pass is due (read on the pass's thread).
     Affects: nothing but its own reading; :attr:`refresh_every` is one float, replaced once.
     """
 

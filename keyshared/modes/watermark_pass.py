@@ -27,10 +27,12 @@ last, and forgets one only ``SETTLE_AFTER_S`` after it was named. The pass's cli
 requests (``socket.timeout.ms``) well below that, so a commit is never still on its way when
 its offset is forgotten.
 
-Unchanged offsets are committed again every ``OFFSET_REFRESH_S`` (and at a new leader's first
-pass): members only ``assign()``, so Kafka sees a group without members and expires each offset
+Unchanged offsets are committed again every hour or quarter of the brokers' offset retention,
+whichever is shorter (:mod:`keyshared.kafka.offset_retention`), and at a new leader's first
+pass: members only ``assign()``, so Kafka sees a group without members and expires each offset
 ``offsets.retention.minutes`` after its last commit, even while the group runs. A quiet
-partition's offset would go, and lag tools would lose the group there.
+partition's offset would go, lag tools would lose the group there, and a leader that joined
+since could not tell the absence from an operator's reset (:mod:`keyshared.modes.topic_watch`).
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ from coordinator.incarnations import TopicRecords
 from coordinator.layout import GroupLayout
 from keyshared.core.types import TP
 from keyshared.kafka.client_config import client_properties
-from keyshared.kafka.commits import OFFSET_REFRESH_S
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.log_ends import log_end
+from keyshared.kafka.offset_retention import OffsetRetention
 from keyshared.modes.range_cursors import low_watermarks
 from keyshared.modes.topic_watch import TopicWatch
 
@@ -107,6 +109,8 @@ class LowWatermarkPass:
         self._next = 0.0
         self._failing_since: float | None = None  # of the current run of failed passes
         self._refresh_at = 0.0  # when unchanged offsets are committed again (monotonic)
+        self._retention = OffsetRetention(kafka_config)  # read when the first pass is due
+        self._retention_read = False
         self._warned_at = 0.0
         self._commit_failed = False  # the last pass named a commit that failed
 
@@ -115,6 +119,9 @@ class LowWatermarkPass:
         one lands a pass is due at every call: before it, lag tools do not know the group."""
         if self._running() or time.monotonic() < self._next:
             return
+        if not self._retention_read:  # only a member that leads passes needs it
+            self._retention_read = True
+            self._retention.start()
         self._start(self._periodic)
 
     def final(self, run: bool, wait: float = 3 * PASS_TIMEOUT_S) -> None:
@@ -213,7 +220,7 @@ class LowWatermarkPass:
                 self._commit(allowed)
                 self._commit_failed = False
             if refresh:
-                self._refresh_at = time.monotonic() + OFFSET_REFRESH_S
+                self._refresh_at = time.monotonic() + self._retention.refresh_every
             if last:
                 done = {(tp.topic, tp.partition): tp.offset for tp in allowed}
                 self._settle({**committed, **done}, at_once=True)
