@@ -41,6 +41,7 @@ from keyshared.dev import BOOTSTRAP_ENV, ZOOKEEPER_ENV, LocalCluster
 from keyshared.dev.topics import GroupFactory, TopicFactory, topic_factory, unique_name
 from keyshared.dev.topology import TopologyCluster
 from keyshared.testing import BACKEND_ENV, Backend, kafka_cluster
+from tests.chaos.plan import TOPOLOGY_OFFSET_RETENTION_MIN
 
 # Fixtures that need a live server: a test using any of them is an integration test.
 _SERVER_FIXTURES = {
@@ -242,8 +243,15 @@ def _session_topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topo
         cluster.up()
         yield cluster
         return
+    # Offsets of a group without Kafka members expire a minute after their last commit, so
+    # that the chaos runs' offset-expiry fault happens within a run (tests/chaos/plan.py).
     cluster = TopologyCluster(
-        tmp_path_factory.mktemp("keyshared-topology"), start_timeout=_TOPOLOGY_START_TIMEOUT_S
+        tmp_path_factory.mktemp("keyshared-topology"),
+        start_timeout=_TOPOLOGY_START_TIMEOUT_S,
+        kafka_overrides={
+            "offsets.retention.minutes": str(TOPOLOGY_OFFSET_RETENTION_MIN),
+            "offsets.retention.check.interval.ms": "2000",
+        },
     )
     try:
         cluster.up()

@@ -82,6 +82,7 @@ from tests.chaos.plan import (
     FAULT_GAP_S,
     KAFKA_SESSION_MS,
     LINK_FAULTS,
+    OFFSET_EXPIRY,
     PRODUCER_FENCE,
     QUIET,
     ChaosPlan,
@@ -90,6 +91,7 @@ from tests.chaos.plan import (
     fault_schedule,
 )
 from tests.chaos.result import ChaosResult
+from tests.chaos.retention_fault import outlive_retention
 from tests.chaos.topology_faults import TOPOLOGY_FAULTS, inject_topology_fault
 from tests.coordinator.zk_proxy import ZooKeeperProxy
 from tests.kafka.support.journal import (
@@ -169,6 +171,7 @@ def run_chaos(
     result = ChaosResult(plan, faults, t0, logs=workdir)
     started = time.monotonic()
     snapshots: CommitWatch | None = None
+    offsets: CommitWatch | None = None
     try:
         for i in range(plan.members):
             members.start(f"M{i}")
@@ -179,6 +182,8 @@ def run_chaos(
         # ZooKeeper): there a kill's re-runs are judged against what the victim had committed.
         if plan.mode in ("partition", "partition_leases", "exclusive"):
             snapshots = CommitWatch(bootstrap, group, topic, plan.partitions)
+        if plan.offset_expiries_at:  # the spell reads the offsets (in every mode)
+            offsets = CommitWatch(bootstrap, group, topic, plan.partitions)
         if plan.mode in ("partition", "partition_leases"):  # a group that rebalances
             result.group_states = GroupStates(bootstrap, group, workdir / "group-states")
         not_before = started
@@ -191,7 +196,11 @@ def run_chaos(
             delay = max(started + fault.at, not_before + FAULT_GAP_S) - time.monotonic()
             if delay > 0:
                 time.sleep(delay)  # pacing the schedule, not waiting for an event
-            if fault.kind in TOPOLOGY_FAULTS:
+            if fault.kind == OFFSET_EXPIRY:
+                assert offsets is not None
+                resume = _allowed_until(faults, k, plan.fault_seconds)
+                outlive_retention(fault, plan, producer, members, tail, offsets, resume)
+            elif fault.kind in TOPOLOGY_FAULTS:
                 assert isinstance(cluster, TopologyCluster)
                 inject_topology_fault(fault, plan, cluster, topic, tail)
             elif fault.kind in LINK_FAULTS:
@@ -235,8 +244,9 @@ def run_chaos(
         members.close()
         for link in links:
             link.close()
-        if snapshots is not None:
-            snapshots.close()
+        for watch in (snapshots, offsets):
+            if watch is not None:
+                watch.close()
         if result.group_states is not None:
             result.group_states.close()
     result.verify_exit = verify.get("exit")  # type: ignore[assignment]

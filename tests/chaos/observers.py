@@ -83,6 +83,15 @@ class CommitWatch:
         self.last = {tp.partition: tp.offset for tp in committed}
         return all(self.last.get(p) == end for p, end in self.ends.items() if end > 0)
 
+    def offsets(self) -> dict[int, int] | None:
+        """The committed offset of each partition as Kafka has it (negative: none; None: the
+        broker did not answer)."""
+        try:
+            committed = self._consumer.committed(self._tps, timeout=10)
+        except Exception:
+            return None
+        return {tp.partition: tp.offset for tp in committed}
+
     def snapshot(self) -> dict[int, tuple[int, frozenset[int]]] | None:
         """What a new owner of each partition resumes from: the committed offset and the
         finished offsets above it that the commit's metadata carries (None: broker away)."""

@@ -37,6 +37,12 @@ machine, so the links stay up. It also sits at the edge of the session gate's li
 (a probe every 0.2 timeouts proves the session for 0.5), which the latency therefore works."""
 # Exactly-once runs: another producer initialises a live member's transactional.id.
 PRODUCER_FENCE = "producer_fence"
+# Topology runs: every partition quiet for longer than the cluster's offset retention, then the
+# member that worked last killed (tests/chaos/retention_fault.py).
+OFFSET_EXPIRY = "offset_expiry"
+TOPOLOGY_OFFSET_RETENTION_MIN = 1
+"""The topology cluster's ``offsets.retention.minutes`` (checked every 2 s): Kafka expires a
+member-less group's offset (``key_shared``, ``exclusive``) a minute after its last commit."""
 EXACTLY_ONCE_MODES = ("partition", "partition_leases", "exclusive")
 
 
@@ -87,6 +93,9 @@ class ChaosPlan:
     :param fences_at: (exactly-once) when the harness fences a busy member's transactional
         producer: it starts a producer with the member's ``transactional.id`` (exclusive mode:
         the active role's) and calls ``init_transactions``.
+    :param offset_expiries_at: (topology) when the input stops for longer than the cluster's
+        offset retention, after which the member that worked last is killed: a member-less
+        group (``key_shared``, ``exclusive``) must keep its offsets, and resume from them.
     """
 
     mode: str
@@ -119,6 +128,7 @@ class ChaosPlan:
     fences_at: tuple[float, ...] = ()
     zookeeper_latency_at: tuple[float, ...] = ()
     zookeeper_lost_replies_at: tuple[float, ...] = ()
+    offset_expiries_at: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -140,6 +150,8 @@ class ChaosPlan:
             raise ValueError(
                 f"exactly_once needs a mode of {EXACTLY_ONCE_MODES}, not {self.mode!r}"
             )
+        if self.offset_expiries_at and not self.topology:
+            raise ValueError("offset expiries need the topology cluster's short retention")
         if self.fences_at and not self.exactly_once:
             raise ValueError("fences_at fences transactional producers: it needs exactly_once")
 
@@ -180,7 +192,7 @@ class ChaosPlan:
 class Fault:
     """One injected fault. Times are CLOCK_MONOTONIC ns, like the journals."""
 
-    kind: str  # one of MEMBER_FAULTS, SERVER_FAULTS, ENSEMBLE_FAULTS, LINK_FAULTS, PRODUCER_FENCE
+    kind: str  # a kind of MEMBER_FAULTS, SERVER_FAULTS, ...; PRODUCER_FENCE or OFFSET_EXPIRY
     at: float  # planned, seconds into the fault phase
     target: str = ""  # member name for member faults, node for a topology's node faults
     pid: int = 0
@@ -234,6 +246,7 @@ def fault_schedule(plan: ChaosPlan) -> list[Fault]:
             for at in plan.zookeeper_lost_replies_at
         ]
     faults += [Fault(PRODUCER_FENCE, at * plan.fault_seconds) for at in plan.fences_at]
+    faults += [Fault(OFFSET_EXPIRY, at * plan.fault_seconds) for at in plan.offset_expiries_at]
     at = rng.uniform(*plan.kill_every) / 2
     while at < plan.fault_seconds - 1.0:
         faults.append(Fault("member_kill", at))

@@ -83,6 +83,9 @@ def _topology_plan(mode: str, *, full: bool) -> ChaosPlan:
         rolling_restarts_at=(0.65,) if full or not coordinated else (),
         zookeeper_latency_at=(0.55,) if full else (),
         zookeeper_lost_replies_at=(0.8,) if full else (),
+        # Offset expiry: 75 s of quiet input a run; in CI only where the offsets are the
+        # group's progress and Kafka sees no members (exclusive).
+        offset_expiries_at=(0.9,) if full or mode == "exclusive" else (),
     )
 
 
@@ -128,6 +131,8 @@ def long_plan(plan: ChaosPlan, minutes: float, rate: float | None = None) -> Cha
         fences_at=spread(plan.fences_at),
         zookeeper_latency_at=spread(plan.zookeeper_latency_at or LINK_FAULT_SHARES[0]),
         zookeeper_lost_replies_at=spread(plan.zookeeper_lost_replies_at or LINK_FAULT_SHARES[1]),
+        # once a run, not every 5 minutes: each spell holds the input back for 75 s
+        offset_expiries_at=plan.offset_expiries_at,
         settle_seconds=600.0,
     )
 
