@@ -3,11 +3,11 @@
 A group whose members only ``assign()`` (``key_shared``, and ``exclusive`` with a
 coordinator) has no members in Kafka's eyes, and Kafka expires each of its committed offsets
 ``offsets.retention.minutes`` after that offset's last commit, even while the group runs
-(KIP-211 spares only groups with members). A quiet partition's offset then goes, and
-in ``exclusive`` mode those offsets are the group's progress: the next active member would
-find none and start where ``auto.offset.reset`` says (the whole partition again, or past
-unprocessed records). So the exclusive member's committer sends unchanged offsets again well within the
-retention: every quarter of it, and at least hourly
+(KIP-211 spares only groups with members). A quiet partition's offset then goes, and in
+``exclusive`` mode those offsets are the group's progress: the next active member would find
+none and start where ``auto.offset.reset`` says (the whole partition again, or past
+unprocessed records). So the exclusive member's committer sends unchanged offsets again well
+within the retention: every quarter of it, and at least hourly
 (:data:`~keyshared.kafka.commits.OFFSET_REFRESH_S`). The retention is the brokers' setting
 (Kafka's default is 7 days; some clusters keep a day or less, test clusters a minute), read
 once in the background when the member joins; until it is read, or if it cannot be (no

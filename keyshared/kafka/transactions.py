@@ -91,11 +91,7 @@ from keyshared.runtime.outputs import OutputMessage, held_bytes
 from keyshared.runtime.partition import PartitionState
 from keyshared.settings import ConsumerOptions
 
-__all__ = [
-    "ActiveRole",
-    "TransactionalCommitter",
-    "transactional_store",
-]
+__all__ = ["TransactionalCommitter", "transactional_store"]
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from keyshared.dev.topics import unique_name
-from keyshared.kafka.transactions import active_role_transactional_id
+from keyshared.kafka.active_role import active_role_transactional_id
 from tests.chaos.fences import NEVER, Fence, parse_log_time
 from tests.chaos.members import Members
 from tests.chaos.plan import QUIET
