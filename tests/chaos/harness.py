@@ -192,8 +192,10 @@ def run_chaos(
             if plan.topology:  # records up to the next fault's planned time, no further
                 producer.allow_until(_allowed_until(faults, k, plan.fault_seconds))
             # Faults do not pile up: one starts at least FAULT_GAP_S after the previous one
-            # recovered, so that each one's convergence is its own.
-            delay = max(started + fault.at, not_before + FAULT_GAP_S) - time.monotonic()
+            # recovered, so that each one's convergence is its own (long runs: at least its
+            # planned gap after the previous one, see ChaosPlan.planned_gaps).
+            gap = _gap(plan, faults, k)
+            delay = max(started + fault.at, not_before + gap) - time.monotonic()
             if delay > 0:
                 time.sleep(delay)  # pacing the schedule, not waiting for an event
             if fault.kind == OFFSET_EXPIRY:
@@ -279,6 +281,13 @@ def run_chaos(
         AdminClient({"bootstrap.servers": bootstrap}), [topic, dlq, *([out] if out else [])]
     )
     return result
+
+
+def _gap(plan: ChaosPlan, faults: list[Fault], k: int) -> float:
+    """The least time between the recovery from fault ``k - 1`` and fault ``k``."""
+    if not plan.planned_gaps or k == 0:
+        return FAULT_GAP_S
+    return max(FAULT_GAP_S, faults[k].at - faults[k - 1].at)
 
 
 def _allowed_until(faults: list[Fault], k: int, fault_seconds: float) -> float:

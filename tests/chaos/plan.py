@@ -93,6 +93,13 @@ class ChaosPlan:
     :param fences_at: (exactly-once) when the harness fences a busy member's transactional
         producer: it starts a producer with the member's ``transactional.id`` (exclusive mode:
         the active role's) and calls ``init_transactions``.
+    :param planned_gaps: each fault waits at least its planned gap after the previous one
+        recovered (long runs). Otherwise only ``FAULT_GAP_S``: after a fault that took longer
+        than planned the schedule catches up, member kills every 2 s, which the short runs
+        want (saturated) and the long ones must not have: a burst of kills at twice the
+        planned rate, half of them at exclusive mode's active member, killed each new active
+        member before its first transaction (the 30-minute exclusive run of 2026-11-29: 232 s
+        without progress for 556 keys at t = 1,015-1,100 s).
     :param offset_expiries_at: (topology) when the input stops for longer than the cluster's
         offset retention, after which the member that worked last is killed: a member-less
         group (``key_shared``, ``exclusive``) must keep its offsets, and resume from them.
@@ -129,6 +136,7 @@ class ChaosPlan:
     zookeeper_latency_at: tuple[float, ...] = ()
     zookeeper_lost_replies_at: tuple[float, ...] = ()
     offset_expiries_at: tuple[float, ...] = ()
+    planned_gaps: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

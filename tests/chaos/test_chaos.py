@@ -133,6 +133,7 @@ def long_plan(plan: ChaosPlan, minutes: float, rate: float | None = None) -> Cha
         zookeeper_lost_replies_at=spread(plan.zookeeper_lost_replies_at or LINK_FAULT_SHARES[1]),
         # once a run, not every 5 minutes: each spell holds the input back for 75 s
         offset_expiries_at=plan.offset_expiries_at,
+        planned_gaps=True,  # never faster than planned, however long a fault took
         settle_seconds=600.0,
     )
 

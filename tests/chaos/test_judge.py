@@ -7,9 +7,11 @@ import pytest
 
 from tests.chaos.accounting import Call, account_duplicates
 from tests.chaos.fences import Fence, Handover, unexpected_expiries
+from tests.chaos.harness import _gap
 from tests.chaos.observers import GroupStates
-from tests.chaos.plan import ChaosPlan, Fault
+from tests.chaos.plan import FAULT_GAP_S, ChaosPlan, Fault, fault_schedule
 from tests.chaos.result import ChaosResult
+from tests.chaos.test_chaos import long_plan
 from tests.kafka.support.journal import Event
 
 S = 1_000_000_000  # one second in ns
@@ -390,3 +392,18 @@ def test_a_link_fault_excuses_no_redo_and_no_expiry(kind: str) -> None:
     after = Fence(2, int(10.6 * S), 14 * S, None, "expired")
     found = unexpected_expiries([("M1", during), ("M2", after)], [fault], 4.0)
     assert [line.split(":")[0] for line in found] == ["M1"]
+
+
+def test_a_long_run_never_injects_faults_faster_than_planned() -> None:
+    """After a fault that took longer than planned, a short run catches its schedule up with
+    faults FAULT_GAP_S apart (saturated on purpose); a long run keeps each planned gap, so no
+    burst of kills outpaces the plan's rate."""
+    short = ChaosPlan("exclusive", fail_always_rate=0.0)
+    faults = fault_schedule(short)
+    assert {_gap(short, faults, k) for k in range(len(faults))} == {FAULT_GAP_S}
+    long = long_plan(short, 10)
+    faults = fault_schedule(long)
+    gaps = [_gap(long, faults, k) for k in range(1, len(faults))]
+    planned = [faults[k].at - faults[k - 1].at for k in range(1, len(faults))]
+    assert gaps == [max(FAULT_GAP_S, p) for p in planned]
+    assert max(gaps) > FAULT_GAP_S  # member kills 4-7 s apart
