@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -108,7 +109,8 @@ class LowWatermarkPass:
         self._thread: threading.Thread | None = None
         self._next = 0.0
         self._failing_since: float | None = None  # of the current run of failed passes
-        self._refresh_at = 0.0  # when unchanged offsets are committed again (monotonic)
+        # when unchanged offsets were last committed again (monotonic; -inf: at the first pass)
+        self._refreshed_at = -math.inf
         self._retention = OffsetRetention(kafka_config)  # read when the first pass is due
         self._retention_read = False
         self._warned_at = 0.0
@@ -197,7 +199,9 @@ class LowWatermarkPass:
         if not offsets:
             self._failing_since = None  # read through; nothing to commit
             return False
-        refresh = time.monotonic() >= self._refresh_at
+        # The interval as of now: the retention is read beside the first pass, and may land after
+        # it (an interval fixed then would stay the hourly default).
+        refresh = time.monotonic() - self._refreshed_at >= self._retention.refresh_every
         todo = [
             tp for tp in offsets if refresh or committed.get((tp.topic, tp.partition)) != tp.offset
         ]
@@ -220,7 +224,7 @@ class LowWatermarkPass:
                 self._commit(allowed)
                 self._commit_failed = False
             if refresh:
-                self._refresh_at = time.monotonic() + self._retention.refresh_every
+                self._refreshed_at = time.monotonic()
             if last:
                 done = {(tp.topic, tp.partition): tp.offset for tp in allowed}
                 self._settle({**committed, **done}, at_once=True)
