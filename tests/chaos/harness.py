@@ -239,9 +239,11 @@ def run_chaos(
                 progress(f"  {fault.describe(t0)}")
         result.exit_codes = members.stop_all()
         result.elapsed_s = time.monotonic() - started
+        # First, while the group's last commits are fresh: with the offset-expiry fault's
+        # one-minute retention, the long reads below could outlast them.
+        verify = run_verify(bootstrap, group, topic)
         dead = read_dlq(bootstrap, dlq, plan.partitions, committed=plan.exactly_once)
         outputs, unread = read_outputs(bootstrap, out, plan.partitions) if out else ([], [])
-        verify = run_verify(bootstrap, group, topic)
     finally:
         members.close()
         for link in links:

@@ -206,6 +206,7 @@ class Fault:
     t_fault: int = 0  # SIGKILL / SIGSTOP sent, server killed
     t_recovered: int = 0  # replacement started, SIGCONT sent, server answering again
     expired: bool = False  # member_stall: the member's log confirms its session expired
+    # (offset_expiry: a committed offset of the group went during the spell)
     # (producer_fence: the member's log confirms that it was fenced)
     t_noticed: int = 0  # member_stall: when the member logged that its session had expired
     # (producer_fence: when the member logged that its producer was fenced)

@@ -40,25 +40,28 @@ def outlive_retention(
     went meanwhile; then SIGKILL the member that journaled last (exclusive mode: the active
     one) and start its replacement, and let the input go on up to ``resume_share``."""
     producer.allow_until(len(producer.sent_at) / len(producer.records))
-    fault.t_fault = time.monotonic_ns()
-    held: dict[int, int] = {}  # partition -> the offset seen committed before it went
-    expired: set[int] = set()
-    deadline = time.monotonic() + QUIET_S
-    while time.monotonic() < deadline:
-        for partition, offset in (watch.offsets() or {}).items():
-            if offset >= 0:
-                held[partition] = offset
-            elif partition in held:
-                expired.add(partition)
-        time.sleep(SAMPLE_EVERY_S)  # sampling the broker's state over the spell
-    tail.poll()
-    victim = members.names_by_pid.get(tail.last_pid)
-    if victim not in members.procs:
-        victim = sorted(members.procs)[0]
-    fault.target = victim
-    fault.pid, _ = members.kill(victim)
-    members.start(members.slot_of(victim))
-    fault.t_recovered = time.monotonic_ns()
-    producer.allow_until(resume_share)
+    try:
+        fault.t_fault = time.monotonic_ns()
+        held: dict[int, int] = {}  # partition -> the offset seen committed before it went
+        expired: set[int] = set()
+        deadline = time.monotonic() + QUIET_S
+        while time.monotonic() < deadline:
+            for partition, offset in (watch.offsets() or {}).items():
+                if offset >= 0:
+                    held[partition] = offset
+                elif partition in held:
+                    expired.add(partition)
+            time.sleep(SAMPLE_EVERY_S)  # sampling the broker's state over the spell
+        tail.poll()
+        victim = members.names_by_pid.get(tail.last_pid)
+        if victim not in members.procs:
+            victim = sorted(members.procs)[0]
+        fault.target = victim
+        fault.pid, _ = members.kill(victim)
+        members.start(members.slot_of(victim))
+        fault.t_recovered = time.monotonic_ns()
+    finally:
+        producer.allow_until(resume_share)
     went = ", ".join(f"{p}@{held[p]}" for p in sorted(expired)) or "none"
     fault.note = f"quiet {QUIET_S:.0f}s; offsets that expired: {went}; then {victim} killed"
+    fault.expired = bool(expired)

@@ -26,7 +26,7 @@ from keyshared.dev import LocalCluster
 from keyshared.dev.topology import TopologyCluster
 from tests.chaos.conftest import all_chaos, chaos_group_protocol, chaos_minutes, chaos_rate
 from tests.chaos.harness import ChaosPlan, ChaosResult, run_chaos
-from tests.chaos.plan import LINK_FAULTS
+from tests.chaos.plan import LINK_FAULTS, OFFSET_EXPIRY
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -298,6 +298,8 @@ def assert_guarantees(result: ChaosResult, report: str) -> None:
         assert fault.converged_s is None or fault.converged_s < CONVERGENCE_BOUND_S, (
             f"no convergence within {CONVERGENCE_BOUND_S}s after {fault.kind}\n{report}"
         )
+    spells = [f for f in result.faults if f.kind == OFFSET_EXPIRY]
+    assert not any(f.expired for f in spells), f"Kafka expired a running group's offset\n{report}"
     assert result.verify_exit == 0, f"keyshared verify: not complete\n{report}"
     assert result.verify_dead_letters == result.dead_letters + result.dlq_copies, report
     assert not result.zombie_starts, (
