@@ -120,7 +120,7 @@ def read_retention_minutes(config: Mapping[str, Any], timeout: float) -> float:
         raise LookupError("no broker in the cluster's metadata")
     resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
     futures = admin.describe_configs([resource], request_timeout=timeout)
-    future = futures.pop(resource)
+    future = futures[resource]  # the dict stays whole: the parent future completes it
     try:
         failure = future.exception(timeout=timeout)
     except Exception as exc:  # no answer within the timeout
