@@ -110,7 +110,7 @@ def account_duplicates(
         # finished but had not written to a cursor is discarded and redone), or (exactly-once,
         # exclusive mode) the active role's producer was fenced and the member gave the role up.
         if any(
-            f.cause in ("lost", "expired", "fenced")
+            f.cause in ("lost", "redo", "expired", "fenced")
             and f.covers(first.pid, first.partition)
             and first.end <= f.t_resume
             for f in fences

@@ -38,6 +38,9 @@ def analyse(
         ),
     ]
     events = sorted(events, key=lambda e: (e.t, e.kind == "S"))
+    # What ran to its end, before any rule below takes a call out of the order check: a call
+    # excused there still processed its record.
+    ended = {(e.key, e.seq) for e in events if e.kind == "E"}
     events, result.zombie_starts = _drop_zombie_starts(events, result.faults)
     events, result.lost_starts = _drop_starts_after_a_loss(events, fences)
     if plan.mode == "partition":
@@ -75,8 +78,7 @@ def analyse(
     unexpected = set(in_dlq) - poison
     if unexpected:
         result.dlq_problems.append(f"dead-lettered but never poison: {sorted(unexpected)[:5]}")
-    handled = {(e.key, e.seq) for e in events if e.kind == "E"}
-    processed = handled | set(in_dlq)
+    processed = ended | set(in_dlq)
     result.processed = len(processed & {(k, s) for k, n in expected.items()
                                         for s in range(1, n + 1)})  # fmt: skip
     result.lost = [
@@ -155,7 +157,7 @@ def _drop_starts_after_a_loss(
     partition can start, so there should be none; listed and taken out of the timeline. Starts
     within the logs' precision of the line (``LOG_SLACK_NS``) are the last ones before it."""
     windows = [
-        (f, f.t + LOG_SLACK_NS, f.t_resume) for f in fences if f.cause == "lost"
+        (f, f.t + LOG_SLACK_NS, f.t_resume) for f in fences if f.cause in ("lost", "redo")
     ]  # fmt: skip
     return _drop_starts(
         events,

@@ -79,6 +79,13 @@ LOG_SLACK_NS = 3_000_000
 and the wall clock is mapped to the journal's monotonic one once per run."""
 LOST_LOG = "keyshared.kafka.poll_loop: lost "
 ASSIGNED_LOG = "keyshared.kafka.poll_loop: assigned "
+# An exactly-once member redoes the partitions of a failed transaction "as if lost and assigned
+# again": the poll loop logs that redo with LOST_LOG too, right after one of these (the abort
+# may take a transactional call's timeout, 30 s). No broker cut it off, and it is no loss to the
+# group: its fence has the cause "redo".
+REDO_AFTER = ("keyshared.kafka.transactions: transaction failed",
+              "keyshared.kafka.transactions: abort_transaction failed")  # fmt: skip
+REDO_WITHIN_NS = 35_000_000_000
 NEVER = 2**63 - 1
 
 
@@ -91,10 +98,18 @@ def fences_from_logs(members: Members, clock_offset_ns: int) -> list[Fence]:
     fences = []
     for pid, name in members.names_by_pid.items():
         lines = members.log(name).splitlines()
+        failed_at: int | None = None  # the last failed transaction not yet followed by a loss
         for i, line in enumerate(lines):
+            if any(marker in line for marker in REDO_AFTER):
+                failed_at = parse_log_time(line, clock_offset_ns)
+                continue
+            if ASSIGNED_LOG in line:
+                failed_at = None
             if LOST_LOG not in line:
                 continue
             t = parse_log_time(line, clock_offset_ns)
+            redo = failed_at is not None and t - failed_at <= REDO_WITHIN_NS
+            failed_at = None
             for partition in {int(p) for p in re.findall(r"\[(\d+)\]", line)}:
                 again = next(
                     (
@@ -104,7 +119,8 @@ def fences_from_logs(members: Members, clock_offset_ns: int) -> list[Fence]:
                     ),
                     NEVER,
                 )
-                fences.append(Fence(pid, t, again, frozenset({partition}), "lost"))
+                cause = "redo" if redo else "lost"
+                fences.append(Fence(pid, t, again, frozenset({partition}), cause))
     return fences
 
 
