@@ -10,13 +10,18 @@ from dataclasses import replace
 from tests.chaos.accounting import account_duplicates, calls_of, measure_convergence
 from tests.chaos.fences import LOG_SLACK_NS, Fence
 from tests.chaos.observers import DeadLetter
-from tests.chaos.plan import BROKER_FAULTS, ZOMBIE_PID_BASE, ChaosPlan, Fault
+from tests.chaos.plan import BROKER_FAULTS, KAFKA_SESSION_MS, ZOMBIE_PID_BASE, ChaosPlan, Fault
 from tests.chaos.result import ChaosResult
 from tests.kafka.support.journal import (
     Event,
     RecordId,
     check,
 )
+
+# How long after an outage ends a member may still learn that the group took a partition from it:
+# a session timeout for the coordinator to give up on it, and slack for the loss to reach the
+# poll loop's callback (a transactional call in progress may take its 30 s timeout first).
+CUT_OFF_NOTICE_NS = (KAFKA_SESSION_MS + 30_000) * 1_000_000
 
 
 def analyse(
@@ -109,15 +114,33 @@ def _drop_cut_off_starts(
     the log line: a start journaled within the log's precision of the line (the line has
     milliseconds) is one of the last before it. Ending at the line itself left a gap that
     judged such a start alone, its predecessors taken out, as an overtake (a CI run: the
-    start 10 us after the line's millisecond)."""
-    outages = sorted(f.t_fault for f in faults if f.kind in BROKER_FAULTS)
+    start 10 us after the line's millisecond).
+
+    The window is bounded on both sides by what can cut a member off. It opens at the outage's
+    start, or at the member's last assignment of the partition if that came later (a member the
+    group assigned the partition to was talking to it). It opens only for an outage the loss can
+    follow: one that began before the line and ended (``t_recovered``) at most
+    ``CUT_OFF_NOTICE_NS`` before it; a member learns of its eviction within a session timeout of
+    reaching the broker again, plus a rebalance. A loss long after every outage has another
+    cause and excuses nothing."""
+    outages = sorted(
+        (f.t_fault, max(f.t_recovered, f.t_fault)) for f in faults if f.kind in BROKER_FAULTS
+    )
     windows = []
     for fence in fences:
         if fence.cause != "lost":
             continue
-        began = [t for t in outages if t < fence.t]
-        if began:
-            windows.append((fence, began[-1]))
+        began = [
+            start for start, ended in outages
+            if start < fence.t and fence.t - ended <= CUT_OFF_NOTICE_NS
+        ]  # fmt: skip
+        if not began:
+            continue
+        reassigned = [
+            f.t_resume for f in fences
+            if f.pid == fence.pid and f.partitions == fence.partitions and f.t_resume < fence.t
+        ]  # fmt: skip
+        windows.append((fence, max([began[-1], *reassigned])))
     return _drop_starts(
         events,
         lambda e: any(

@@ -438,5 +438,33 @@ def test_a_redo_after_a_failed_transaction_is_no_loss_to_the_group() -> None:
     ]
     kept, dropped = _drop_cut_off_starts(ran, [redo], [outage])
     assert kept == ran and dropped == []
-    _, dropped = _drop_cut_off_starts(ran, [lost], [outage])  # a real loss still opens one
+    near = Fault("leader_kill", 0.0, t_fault=_at("12:39:00"), t_recovered=_at("12:41:50"))
+    _, dropped = _drop_cut_off_starts(ran, [lost], [near])  # a real loss still opens one
     assert dropped
+
+
+def test_a_cut_off_window_opens_only_for_an_outage_the_loss_can_follow() -> None:
+    """A member learns of its eviction within a session timeout (plus a rebalance) of reaching
+    the broker again, and it was connected when the group last assigned it the partition: calls
+    outside those bounds are judged, not excused. Unbounded, one ``lost`` line 85 s after the
+    last leader kill excused every call of the partition since."""
+    from tests.chaos.analysis import CUT_OFF_NOTICE_NS, _drop_cut_off_starts
+    from tests.chaos.fences import Fence
+
+    lost = 200 * S
+    fence = Fence(7, lost, lost + 2 * S, frozenset({4}), "lost")
+    calls = [Event("S", KEY, n, 7, 4, 100 + n, (100 + 20 * n) * S, 1) for n in range(5)]
+    # (starts at 100, 120, 140, 160 and 180 s)
+
+    long_ago = Fault("leader_kill", 0.0, t_fault=90 * S, t_recovered=lost - CUT_OFF_NOTICE_NS - S)
+    kept, dropped = _drop_cut_off_starts(calls, [fence], [long_ago])
+    assert kept == calls and dropped == []
+
+    recent = Fault("leader_kill", 0.0, t_fault=90 * S, t_recovered=lost - 10 * S)
+    _, dropped = _drop_cut_off_starts(calls, [fence], [recent])
+    assert len(dropped) == 5  # every start since the outage began
+
+    earlier = Fence(7, 130 * S, 150 * S, frozenset({4}), "lost")  # assigned again at 150 s
+    kept, dropped = _drop_cut_off_starts(calls, [earlier, fence], [recent])
+    assert len(dropped) == 2 + 2  # 160 and 180 s for the later loss; 100 and 120 s for the earlier
+    assert [e.seq for e in kept] == [2]  # 140 s: between the loss and the assignment after it
