@@ -68,6 +68,7 @@ class CommitWatch:
             {"bootstrap.servers": bootstrap, "group.id": group, "log_level": QUIET}
         )
         self._tps = [TopicPartition(topic, p) for p in range(partitions)]
+        self.bootstrap = bootstrap
         self.last: dict[int, int] = {}
         self.ends: dict[int, int] = {}
 

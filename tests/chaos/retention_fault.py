@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 
+from keyshared.kafka.offset_retention import RefusedError, read_retention_minutes
 from tests.chaos.members import Members, PacedProducer
 from tests.chaos.observers import CommitWatch, JournalTail
 from tests.chaos.plan import TOPOLOGY_OFFSET_RETENTION_MIN, ChaosPlan, Fault
@@ -38,7 +39,17 @@ def outlive_retention(
 ) -> None:
     """Hold the input back for :data:`QUIET_S`, noting every partition whose committed offset
     went meanwhile; then SIGKILL the member that journaled last (exclusive mode: the active
-    one) and start its replacement, and let the input go on up to ``resume_share``."""
+    one) and start its replacement, and let the input go on up to ``resume_share``.
+
+    A cluster that keeps offsets longer than the spell (an external topology keeps its own
+    setting) could expire nothing in it: the spell is then skipped and its note says so, rather
+    than reporting "none expired" as if it had been checked."""
+    kept = _retention_minutes(watch.bootstrap)
+    if kept is None or kept > TOPOLOGY_OFFSET_RETENTION_MIN:
+        shown = "unknown" if kept is None else f"{kept:g} min"
+        fault.note = f"not checked: the cluster keeps offsets for {shown}, longer than the spell"
+        fault.t_fault = fault.t_recovered = time.monotonic_ns()
+        return
     producer.allow_until(len(producer.sent_at) / len(producer.records))
     try:
         fault.t_fault = time.monotonic_ns()
@@ -65,3 +76,11 @@ def outlive_retention(
     went = ", ".join(f"{p}@{held[p]}" for p in sorted(expired)) or "none"
     fault.note = f"quiet {QUIET_S:.0f}s; offsets that expired: {went}; then {victim} killed"
     fault.expired = bool(expired)
+
+
+def _retention_minutes(bootstrap: str) -> float | None:
+    """The cluster's ``offsets.retention.minutes``; None when it cannot be read."""
+    try:
+        return read_retention_minutes({"bootstrap.servers": bootstrap}, timeout=10.0)
+    except (LookupError, RefusedError):
+        return None

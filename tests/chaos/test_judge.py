@@ -468,3 +468,36 @@ def test_a_cut_off_window_opens_only_for_an_outage_the_loss_can_follow() -> None
     kept, dropped = _drop_cut_off_starts(calls, [earlier, fence], [recent])
     assert len(dropped) == 2 + 2  # 160 and 180 s for the later loss; 100 and 120 s for the earlier
     assert [e.seq for e in kept] == [2]  # 140 s: between the loss and the assignment after it
+
+
+@pytest.mark.parametrize("kept", [10_080.0, None])
+def test_an_offset_expiry_spell_on_a_cluster_that_keeps_offsets_longer_checks_nothing(
+    monkeypatch: pytest.MonkeyPatch, kept: float | None
+) -> None:
+    """An external topology keeps its own retention (a week by default): a spell there could
+    see no offset expire, and its note said "offsets that expired: none" as if it had looked.
+    It is skipped instead, and says why, without holding the input back or killing anyone."""
+    from tests.chaos import retention_fault
+
+    monkeypatch.setattr(retention_fault, "_retention_minutes", lambda _bootstrap: kept)
+
+    class _Untouchable:
+        bootstrap = "127.0.0.1:9"
+
+        def __getattr__(self, name: str) -> object:
+            raise AssertionError(f"the skipped spell used {name}")
+
+    fault = Fault("offset_expiry", 10.0)
+    nothing = _Untouchable()
+    retention_fault.outlive_retention(
+        fault,
+        ChaosPlan(mode="partition"),
+        nothing,
+        nothing,
+        nothing,
+        nothing,
+        1.0,  # type: ignore[arg-type]
+    )
+    assert fault.note.startswith("not checked: the cluster keeps offsets for")
+    assert ("10080 min" if kept else "unknown") in fault.note
+    assert not fault.expired and fault.t_fault > 0 and not fault.pid
