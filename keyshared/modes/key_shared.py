@@ -33,25 +33,22 @@ from confluent_kafka import KafkaException, TopicPartition
 from coordinator.assignment import AssignmentChange, AssignmentWatch
 from coordinator.leader import AssignmentLeader
 from coordinator.leases import Lease
-from coordinator.members import MemberInfo, Membership
+from coordinator.members import MemberInfo
 from keyshared.core.admission import Admission
 from keyshared.core.claims import PartitionClaims
-from keyshared.core.health import Role
-from keyshared.core.holding import Holding, HoldingView, count_phases
+from keyshared.core.holding import Holding
 from keyshared.core.slots import SlotRange
 from keyshared.core.types import TP
 from keyshared.errors import KeySharedError
 from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.modes.claims_reader import ClaimsReader
+from keyshared.modes.coordinated_member import CoordinatedMember
 from keyshared.modes.deferred_rebuild import DeferredRebuild
-from keyshared.modes.handback import HandBack
 from keyshared.modes.held_ranges import HeldRanges
-from keyshared.modes.holdings import views
 from keyshared.modes.kafka_liveness import KafkaLiveness, PlanWithdrawal
 from keyshared.modes.lease_queue import LeaseQueue
 from keyshared.modes.range_cursors import partitions_of, token_lookup
-from keyshared.modes.session_gate import SessionGate
 from keyshared.modes.topic_watch import TopicWatch
 from keyshared.modes.watermark_pass import LowWatermarkPass
 from keyshared.runtime.control import Accepts
@@ -68,10 +65,10 @@ _ASSIGN_RETRY_S = 0.5
 _REGAIN_COALESCE_S = 0.5  # grants arriving within this of the first are read together
 
 
-class KeySharedMember:
+class KeySharedMember(CoordinatedMember):
     """The consumer's side of ``key_shared`` mode (see the module docstring).
 
-    Each slot range's lease is one holding (:attr:`HeldRanges.holdings`, named ``lo-hi``)::
+    Each slot range's lease is one holding (:attr:`holdings`, named ``lo-hi``)::
 
         planned here ─queue─▶ WAITING ─granted, cursor writer made─▶ ACTIVE (read after the
                                 │ (queued; LeaseQueue)                 │  next rebuild)
@@ -92,18 +89,16 @@ class KeySharedMember:
     :param context: the consumer run it plugs into.
     """
 
+    _mode = "key_shared"
+
     def __init__(self, zk: Recipes, context: PlugContext) -> None:
-        self._zk = zk
-        self._ctx = context
+        super().__init__(zk, context)
         self._options = context.options
         self._group = context.group
         self._me = context.member_id
         self._dispatcher = context.dispatcher
         self._admission = Admission(self._options.key_filters, self._options.null_keys_ordered)
         self._leases = zk.range_leases(self._group, self._me)
-        self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
-        self._consumer: KafkaConsumer = NOT_JOINED
-        self._events: MembershipEvents | None = None
         self._assigned: list[TP] = []
         self._claims: dict[TP, PartitionClaims] = {}
         self._desired: tuple[SlotRange, ...] = ()
@@ -112,7 +107,8 @@ class KeySharedMember:
             self._leases,
             lambda lease: zk.cursor_writer(self._group, lease),
             self._gate.metrics.fenced,
-            HandBack(self._dispatcher, self._gate.connected),
+            self._hand_back,
+            holdings=self.holdings,
         )
         self._states: list[PartitionState] = []  # of the current assignment: a lease waits for them
         self._assign_retry_at: float | None = None
@@ -125,7 +121,7 @@ class KeySharedMember:
             self._gate.metrics,
             self._granted,
             self._give_back,
-            self._held.holdings,
+            self.holdings,
         )
         self._topics = TopicWatch.of(zk.client, zk.layout(self._group), context)
         self._watermark = LowWatermarkPass(
@@ -134,20 +130,20 @@ class KeySharedMember:
         self._reader = ClaimsReader(zk, self._group, self._topics, context.kafka_config, self._me)
         self._leader: AssignmentLeader | None = None
         self._watch: AssignmentWatch | None = None
-        self._membership: Membership | None = None
-        self._closing = False
         self._kafka = KafkaLiveness(context.kafka_config, context.topics)
         self._withdrawal = PlanWithdrawal(self._kafka, self._me, self._group)
         self._missing = False  # a wanted range could not be queued for: retried from tick
         self._rereading = False  # a fetch went back: a re-read is on its way
 
-    # -- Membership ------------------------------------------------------------------------------
+    # -- Membership (the life cycle is CoordinatedMember's) ------------------------------------
 
-    def join(self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents) -> None:
-        self._consumer, self._events = consumer, events
+    def _prepare(
+        self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents
+    ) -> None:
         partitions_of(consumer, topics, self._options.startup_timeout)  # a missing topic: error
         self._topics.describe()
-        self._gate.start()
+
+    def _take_part(self, topics: list[str]) -> None:
         self._kafka.start()
         self._join()
         self._watch = self._zk.watch_assignment(
@@ -163,11 +159,10 @@ class KeySharedMember:
             ", ".join(topics),
         )
 
-    def tick(self) -> None:
-        """Retry a failed assignment or a re-read that waited for running records; release
-        leases given up whose last cursors could not be written yet; leave the plan while
-        Kafka is silent (a retry then waits for Kafka: each would hold this thread in its
-        timeouts)."""
+    def _before_releases(self) -> None:
+        """Leave the plan while Kafka is silent (a retry then waits for Kafka: each would hold
+        this thread in its timeouts); retry a failed assignment, or a re-read that waited for
+        running records (it may give ranges up)."""
         self._check_kafka()
         retry_at = self._assign_retry_at
         due = retry_at is not None and time.monotonic() >= retry_at
@@ -177,8 +172,10 @@ class KeySharedMember:
         due = regain_at is not None and time.monotonic() >= regain_at
         if (due or self._deferred.ready()) and not self._gate.lost:
             self._rebuild(drop=[])
-        self._held.hand_back.tick()
-        self._gate.metrics.holdings("key_shared", count_phases(self.holding_views()))
+
+    def _after_releases(self) -> None:
+        """Queue again for wanted ranges not queued for; read every partition again once the
+        topics changed."""
         retry = self._missing or self._queue.unqueued or self._held.fenced_waiting()
         if retry and not self._deferred.waiting:
             self._queue_again()
@@ -201,30 +198,21 @@ class KeySharedMember:
         if not self._gate.lost and not self._closing:
             self._rebuild(drop=[])  # drains first: no record runs twice at once in this member
 
-    def holding_views(self) -> tuple[HoldingView, ...]:
-        """Every range lease this member wants, holds or hands back, with its phase; read from
-        any thread (published copies)."""
-        return views(self._held.holdings, self._held.hand_back)
-
-    def role(self) -> Role:
+    def _joined(self) -> bool:
         """A member once the leader's first plan was applied (slot ranges or none)."""
-        return self._gate.role(joined=self._generation > 0)
+        return self._generation > 0
 
-    def leave(self) -> None:
-        """After the final commit: give every range up and end the session."""
-        self._closing = True
+    def _give_everything_back(self) -> None:
+        """After the final commit: give every range up (the session then ends)."""
         # Final cursors written: bring the group's Kafka offsets up to every range's cursor,
         # so lag tools see the end even with no leader left. Every member does it, even one
         # holding nothing now: the last to leave sees every other member's final cursors.
         self._watermark.final(run=self._consumer is not NOT_JOINED and self._gate.connected())
         self._queue.cancel_all()
         self._held.release_all(self._states)  # each lease stands while a call of its keys runs
-        self._gate.stop()
+
+    def _session_stopped(self) -> None:
         self._kafka.stop()
-        with contextlib.suppress(Exception):
-            if self._membership is not None:
-                self._membership.leave()
-        self._held.hand_back.leave(self._zk.close)
 
     # -- Ownership ------------------------------------------------------------------------------
 
@@ -286,13 +274,13 @@ class KeySharedMember:
 
     def _granted(self, slots: SlotRange, lease: Lease) -> None:
         if self._closing or self._gate.lost or slots not in self._desired:
-            self._give_back(slots, lease, self._held.holdings.let_go(str(slots)))
+            self._give_back(slots, lease, self.holdings.let_go(str(slots)))
             return
         try:
             self._held.add(slots, lease)
         except Exception as exc:  # ZooKeeper away: give it back, queue again from tick
             log.warning("range %s: taking up its lease failed (%r); queueing again", slots, exc)
-            self._give_back(slots, lease, self._held.holdings.let_go(str(slots)))
+            self._give_back(slots, lease, self.holdings.let_go(str(slots)))
             self._missing = True
             return
         # A read from the cursors drains the whole member. A plan moves several ranges at once
@@ -306,13 +294,12 @@ class KeySharedMember:
     def _give_back(self, slots: SlotRange, lease: Lease, holding: Holding | None = None) -> None:
         """A lease granted after it stopped being wanted: released, with retry. ``holding``:
         its holding, if the member still had it (a grant the queue withdrew has none)."""
-        self._held.hand_back.add(str(slots), lambda: self._leases.release(lease), holding=holding)
+        self._hand_back.add(str(slots), lambda: self._leases.release(lease), holding=holding)
 
     def _rebuild(self, drop: list[SlotRange]) -> None:
         """Drain, write cursors, release ``drop``'s leases, then read again from the cursors of
         the ranges still held; once nothing of the windows runs any more (``tick`` retries)."""
-        events = self._events
-        assert events is not None
+        events = self._require_events()
         old_states = [events.states[tp] for tp in self._assigned if tp in events.states]
         if self._deferred.defer(old_states, drop):
             return
@@ -361,8 +348,7 @@ class KeySharedMember:
             self._missing = not queued
 
     def _assign_now(self) -> None:
-        events = self._events
-        assert events is not None
+        events = self._require_events()
         # Staged cursors first: the stored ones are older, and reading them over this member's
         # own progress would replay records. Raises if they cannot be written yet: the caller
         # reads nothing and retries.
@@ -402,8 +388,7 @@ class KeySharedMember:
 
     def _fence(self) -> None:
         """The session expired: every lease is gone. Drop all results, commit nothing."""
-        events = self._events
-        assert events is not None
+        events = self._require_events()
         self._queue.cancel_all()
         self._held.clear()
         self._deferred.clear()
@@ -424,7 +409,7 @@ class KeySharedMember:
             return
         self._withdrawal.check(self._membership.leave, self._join)
 
-    def _rejoin(self) -> None:
+    def _renewed(self) -> None:
         """A new session after an expiry: join again and take up the assignment in force."""
         if self._closing or self._withdrawal.withdrawn:
             return

@@ -57,8 +57,9 @@ def member(waiting: int) -> tuple[KeySharedMember, list[int]]:
     }
     for name, value in fields.items():
         setattr(m, name, value)
+    m.holdings, m._hand_back = m._held.holdings, hand_back  # as the member hands them over
     for slots in RANGES:  # queued for: the queue wanted each range
-        m._held.holdings.want(str(slots))
+        m.holdings.want(str(slots))
 
     def rebuild(drop: list[SlotRange]) -> None:
         rebuilds.append(len(m._held))
