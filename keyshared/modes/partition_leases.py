@@ -45,19 +45,16 @@ from kazoo.exceptions import KazooException
 
 from coordinator.errors import MemberIdInUse
 from coordinator.leases import Lease, PendingLease
-from coordinator.members import MemberInfo, Membership
-from keyshared.core.health import Role
-from keyshared.core.holding import HoldingView, count_phases
+from coordinator.members import MemberInfo
 from keyshared.core.types import TP
 from keyshared.kafka.commits import Committer
-from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.startup import assigns_incrementally
-from keyshared.modes.handback import HandBack, gone
-from keyshared.modes.holdings import Holdings, views
+from keyshared.modes.coordinated_member import CoordinatedMember
+from keyshared.modes.handback import gone
 from keyshared.modes.lease_queue import wait_in_background
 from keyshared.modes.leased_commits import LeasedCommits
-from keyshared.modes.session_gate import SessionGate
 
 if TYPE_CHECKING:
     from keyshared.modes.recipes import Recipes
@@ -70,7 +67,7 @@ log = logging.getLogger(__name__)
 _REQUEUE_EVERY = 1.0  # seconds between retries of a lease that could not even be queued
 
 
-class PartitionLeaseMember:
+class PartitionLeaseMember(CoordinatedMember):
     """The consumer's membership and cursor store in ``partition`` mode with a coordinator.
 
     Each partition's lease is one holding (:attr:`holdings`, named ``topic[p]``)::
@@ -97,16 +94,15 @@ class PartitionLeaseMember:
     :param context: the consumer run it plugs into.
     """
 
+    _mode = "partition"
+
     def __init__(self, zk: Recipes, context: PlugContext) -> None:
-        self._zk = zk
-        self._ctx = context
+        super().__init__(zk, context)
         self._options = context.options
         self._dispatcher = context.dispatcher
         self._leases = zk.partition_leases(context.group, context.member_id)
         self._directory = zk.layout(context.group).partition_leases
         self._incremental = assigns_incrementally(context.kafka_config)
-        self._consumer: KafkaConsumer = NOT_JOINED
-        self._events: MembershipEvents | None = None
         self._generation = 0  # assignments seen; stored in the lease for operators
         self._assigned: set[TP] = set()  # by the group: paused here until leased
         self._unqueued: set[TP] = set()  # assigned, but queueing for the lease failed
@@ -115,9 +111,6 @@ class PartitionLeaseMember:
         self._held: dict[TP, Lease] = {}  # granted and handed to the poll loop
         self._state: dict[TP, PartitionState] = {}  # the poll loop's state of each held one
         self._ready: dict[TP, Lease] = {}  # granted, waiting for this member's own stragglers
-        self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._rejoin)
-        self._hand_back = HandBack(self._dispatcher, self._gate.connected)
-        self.holdings = Holdings()  # each lease's phase, from queued to handed back
         self.commits = LeasedCommits(
             zk.client,
             self._directory,
@@ -126,23 +119,23 @@ class PartitionLeaseMember:
             lambda tp, lease: context.inbox.post(_call(self._leasegone, tp, lease)),
         )
         self._info = MemberInfo(context.member_id, mode="partition", topics=tuple(context.topics))
-        self._membership: Membership | None = None
-        self._closing = False
 
-    # -- Membership ------------------------------------------------------------------------------
+    # -- Membership (the life cycle is CoordinatedMember's) ------------------------------------
 
-    def join(self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents) -> None:
+    def _prepare(
+        self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents
+    ) -> None:
         # A second live process with this id would share this one's plan: refused here.
         self._membership = self._zk.join(self._ctx.group, self._info)
-        self._consumer, self._events = consumer, events
         self.commits.bind(
             self._ctx.kafka_committer
             or Committer(
                 consumer, self._ctx.metrics, self._dispatcher, lambda tp: events.states.get(tp)
             )
         )
-        self._gate.start()
-        consumer.subscribe(
+
+    def _take_part(self, topics: list[str]) -> None:
+        self._consumer.subscribe(
             topics,
             on_assign=lambda _c, parts: self._on_assign(parts),
             on_revoke=lambda _c, parts: self._on_revoke(_tps(parts)),
@@ -157,19 +150,13 @@ class PartitionLeaseMember:
         where the fetch went back to (keyshared/kafka/rewinds.py)."""
         return False
 
-    def holding_views(self) -> tuple[HoldingView, ...]:
-        """Every partition lease this member wants, holds or hands back, with its phase; read
-        from any thread (published copies)."""
-        return views(self.holdings, self._hand_back)
-
-    def role(self) -> Role:
+    def _joined(self) -> bool:
         """A member once the Kafka group's first assignment arrived, unless the session wavers."""
-        return self._gate.role(joined=self._generation > 0)
+        return self._generation > 0
 
-    def tick(self) -> None:
-        """Release leases whose stragglers finished; start grants that waited for them."""
-        self._hand_back.tick()
-        self._gate.metrics.holdings("partition", count_phases(self.holding_views()))
+    def _after_releases(self) -> None:
+        """Start grants that waited for their stragglers (released just now); queue again for
+        leases that could not even be queued."""
         for tp in [tp for tp in self._ready if not self._straggling(tp)]:
             self._start(tp, self._ready.pop(tp))
         if self._unqueued and time.monotonic() >= self._next_requeue:
@@ -177,12 +164,11 @@ class PartitionLeaseMember:
             for tp in sorted(self._unqueued):
                 self._queue_for(tp)
 
-    def leave(self) -> None:
-        """After the final commit: release every lease whose partition is idle, then end the
-        session. Leases of partitions whose handlers still run (the shutdown drain timed out)
-        are kept until those finish, on a thread of their own, or until the process ends and
-        its session with it: the next owner never overlaps them."""
-        self._closing = True
+    def _give_everything_back(self) -> None:
+        """After the final commit: release every lease whose partition is idle, then the
+        session ends. Leases of partitions whose handlers still run (the shutdown drain timed
+        out) are kept until those finish, on a thread of their own, or until the process ends
+        and its session with it: the next owner never overlaps them."""
         self._cancel_pending()
         for tp, lease in self._held.items():
             self._let_go(tp, self._release_of(lease), self._states_of(tp))
@@ -190,11 +176,6 @@ class PartitionLeaseMember:
             self._let_go(tp, self._release_of(lease))
         self._held.clear()
         self._ready.clear()
-        self._gate.stop()
-        with contextlib.suppress(Exception):
-            if self._membership is not None:
-                self._membership.leave()
-        self._hand_back.leave(self._zk.close)
 
     # -- the group's rebalance callbacks (poll thread, inside consume) ----------------------------
 
@@ -432,7 +413,7 @@ class PartitionLeaseMember:
 
     # -- the session ------------------------------------------------------------------------------
 
-    def _rejoin(self) -> None:
+    def _renewed(self) -> None:
         """A new session: join again (stop if another process took the id meanwhile), and
         queue for every partition the group still assigns here."""
         if self._closing:
@@ -451,10 +432,6 @@ class PartitionLeaseMember:
         if parts:
             with contextlib.suppress(KafkaException):
                 self._consumer.pause(parts)
-
-    def _require_events(self) -> MembershipEvents:
-        assert self._events is not None, "join() has not been called"
-        return self._events
 
 
 def tp_name(tp: TP) -> str:
