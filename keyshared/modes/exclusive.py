@@ -57,18 +57,16 @@ from kazoo.exceptions import KazooException
 from coordinator.errors import AcquireCancelled
 from coordinator.exclusive import ExclusiveLock
 from keyshared.core.health import Role
-from keyshared.core.holding import HoldingView, count_phases
 from keyshared.core.types import TP
 from keyshared.errors import ConfigurationError, KeySharedError
 from keyshared.kafka.commits import Committer
-from keyshared.kafka.kafka_consumer import NOT_JOINED, KafkaConsumer
+from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.offset_retention import OffsetRetention
 from keyshared.kafka.seams import MembershipEvents, PlugContext
 from keyshared.kafka.transactions import TransactionalCommitter
-from keyshared.modes.handback import HandBack, gone
-from keyshared.modes.holdings import Holdings, views
+from keyshared.modes.coordinated_member import CoordinatedMember
+from keyshared.modes.handback import gone
 from keyshared.modes.kafka_liveness import KafkaLiveness, RoleWithdrawal
-from keyshared.modes.session_gate import SessionGate
 
 if TYPE_CHECKING:
     from keyshared.modes.recipes import Recipes
@@ -131,7 +129,7 @@ class _Candidacy:
         self.lock.release()
 
 
-class ExclusiveMember:
+class ExclusiveMember(CoordinatedMember):
     """The consumer's membership and cursor store in ``exclusive`` mode (module docstring).
 
     The active role is one holding (:attr:`holdings`, named "the active role")::
@@ -157,14 +155,13 @@ class ExclusiveMember:
     :param context: the consumer run it plugs into.
     """
 
+    _mode = "exclusive"
+
     def __init__(self, zk: Recipes, context: PlugContext) -> None:
-        self._zk = zk
-        self._ctx = context
+        super().__init__(zk, context)
         self._group = context.group
         self._me = context.member_id
         self._active_dir = zk.layout(context.group).active
-        self._consumer: KafkaConsumer = NOT_JOINED
-        self._events: MembershipEvents | None = None
         self._committer: Committer | None = None
         self._role_producer: TransactionalCommitter | None = None  # exactly-once only
         self._topics: list[str] = []
@@ -173,12 +170,8 @@ class ExclusiveMember:
         self._assigned: list[TP] = []
         self._states: list[PartitionState] = []  # of the activity: the lock waits for them
         self._starts: dict[TP, tuple[int | None, str]] = {}  # the activation's read
-        self._gate = SessionGate(zk, context, on_lost=self._fence, on_renewed=self._renewed)
-        self._hand_back = HandBack(context.dispatcher, self._gate.connected)
-        self.holdings = Holdings()  # the role's one holding, while a candidacy stands
         self._kafka = KafkaLiveness(context.kafka_config, context.topics)
         self._aside = RoleWithdrawal(self._kafka, self._me, self._group, self._standby_queued)
-        self._closing = False
         self._failure: ConfigurationError | None = None  # stops the run at the next tick
         self._contend_at: float | None = None  # a broken wait: contend again then (tick)
 
@@ -187,28 +180,29 @@ class ExclusiveMember:
         """Whether this member is the active one and dispatching."""
         return bool(self._assigned)
 
-    # -- Membership ------------------------------------------------------------------------------
+    # -- Membership (the life cycle is CoordinatedMember's) ------------------------------------
 
     def rewound(self, tp: tuple[str, int]) -> bool:
         """Kafka's committed offsets are the cursors: the poll loop starts the partition again
         where the fetch went back to (keyshared/kafka/rewinds.py)."""
         return False
 
-    def holding_views(self) -> tuple[HoldingView, ...]:
-        """The lock (named "the active role") as this member wants, holds or hands it back,
-        with its phase; read from any thread (published copies)."""
-        return views(self.holdings, self._hand_back)
-
     def role(self) -> Role:
         """Active while it holds the lock and its partitions; a standby while it contends with a
         healthy session (ready: it takes over when the active member fails)."""
-        role = self._gate.role(joined=self._candidacy is not None)
+        role = super().role()
         if role is not Role.MEMBER:
             return role
         return Role.ACTIVE if self._assigned else Role.STANDBY
 
-    def join(self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents) -> None:
-        self._consumer, self._events, self._topics = consumer, events, list(topics)
+    def _joined(self) -> bool:
+        """Contending (a standby or the active member)."""
+        return self._candidacy is not None
+
+    def _prepare(
+        self, consumer: KafkaConsumer, topics: list[str], events: MembershipEvents
+    ) -> None:
+        self._topics = list(topics)
         self._committer = self._ctx.kafka_committer or Committer(
             consumer, self._ctx.metrics, self._ctx.dispatcher, lambda tp: events.states.get(tp)
         )
@@ -219,17 +213,19 @@ class ExclusiveMember:
         if isinstance(self._committer, TransactionalCommitter):
             self._role_producer = self._committer
             self._role_producer.serve_role(self)
-        self._gate.start()
+
+    def _take_part(self, topics: list[str]) -> None:
         self._kafka.start()
         self._stand_by()
 
-    def tick(self) -> None:
-        """Step aside while Kafka is silent, and back once it answers; activate a won
-        candidacy once the handlers of a fenced activity have finished."""
+    def _before_releases(self) -> None:
+        """Step aside while Kafka is silent, and back once it answers."""
         if not self._closing and self._gate.connected() and not self._gate.lost:
             self._aside.check(bool(self._assigned), self._step_aside, self._stand_by)
-        self._hand_back.tick()
-        self._gate.metrics.holdings("exclusive", count_phases(self.holding_views()))
+
+    def _after_releases(self) -> None:
+        """Contend again after a broken wait; activate a won candidacy once the handlers of a
+        fenced activity have finished; stop the run for a role no member can take."""
         contend_at = self._contend_at
         if contend_at is not None and time.monotonic() >= contend_at and self._may_contend():
             self._stand_by()
@@ -240,20 +236,19 @@ class ExclusiveMember:
             failure, self._failure = self._failure, None
             raise failure  # out of the poll loop: run() ends with it
 
-    def leave(self) -> None:
+    def _give_everything_back(self) -> None:
         """After the final commit: stop waiting, or give up the active role once no handler
         of the activity runs any more (a drain past ``drain_timeout`` leaves some: the lock
-        stands until they end, so the next active member never overlaps them); then end the
-        session."""
-        self._closing = True
+        stands until they end, so the next active member never overlaps them); the session
+        then ends."""
         candidacy, self._candidacy = self._candidacy, None
         self._drop_role_producer()
         if candidacy is not None:
             candidacy.lock.cancel()
             self._let_go(candidacy.give_up, self._activity_states())
-        self._gate.stop()
+
+    def _session_stopped(self) -> None:
         self._kafka.stop()
-        self._hand_back.leave(self._zk.close)
 
     # -- becoming active -------------------------------------------------------------------------
 
@@ -570,10 +565,6 @@ class ExclusiveMember:
     def _drop_role_producer(self) -> None:
         if self._role_producer is not None:
             self._role_producer.deactivate()
-
-    def _require_events(self) -> MembershipEvents:
-        assert self._events is not None, "join() has not been called"
-        return self._events
 
 
 def _partitions_of(consumer: KafkaConsumer, topics: list[str], timeout: float) -> list[TP]:
