@@ -38,7 +38,9 @@ __all__ = [
 ZIPF = "zipf"
 ZIPF_S = 1.1
 KEYS = 10_000  # keys of a full-size shape (uniform shapes: records = per_key x KEYS)
-QUICK_UNIFORM_KEYS = 250  # --quick: 1,000 / 2,000 / 8,000 records at 4 / 8 / 32 per key
+# --quick: 500 / 1,000 / 4,000 records at 4 / 8 / 32 per key; still more keys than io's 64
+# workers, so the uniform shapes' bound stays W/L.
+QUICK_UNIFORM_KEYS = 125
 # Full, quick: the hottest key alone is ~15% of them, so its records run one after another for
 # about 150 x L at --quick (1,000): every contender of io and io_work pays that on this shape.
 ZIPF_RECORDS = (20_000, 1_000)
