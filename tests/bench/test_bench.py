@@ -72,6 +72,10 @@ def quick_results(
         "from keyshared.cli import main; main()",
         "bench",
         "--quick",
+        # The peers' JVM and process start-ups cost CI 30-40 s here and nothing below asserts
+        # a peer's figure: tests/bench/test_bench_peers.py races each peer on the broker.
+        "--no-parallel-consumer",
+        "--no-pyrallel",
         "--bootstrap-servers",
         kafka_bootstrap,
         "--zookeeper",
