@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 from kazoo.security import ACL, READ_ACL_UNSAFE, make_digest_acl
 
 from coordinator.errors import CoordinatorUnreachable
@@ -38,6 +39,7 @@ __all__ = [
     "SessionWatcher",
     "connect",
     "group_acl",
+    "reconnect_retry",
 ]
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,27 @@ ranges are drained by its session's end within seconds."""
 
 DEFAULT_CONNECT_TIMEOUT = 15.0
 """Seconds to wait for the first connection before :class:`CoordinatorUnreachable`."""
+
+
+RECONNECT_SHARE = 0.25
+"""The longest pause between two reconnection attempts, as a share of the session timeout
+(before kazoo's jitter of up to 40 %)."""
+
+
+def reconnect_retry(session_timeout: float) -> KazooRetry:
+    """How a member reconnects after its ZooKeeper connection dropped.
+
+    kazoo's default backs off exponentially up to an hour between attempts. After a server
+    restart or a leader election of a couple of seconds, its next attempt can come later than
+    the session timeout, so the server expires the session of a member that did nothing wrong:
+    its leases go, its ranges move, its in-flight work is fenced. Capped at
+    :data:`RECONNECT_SHARE` of the timeout (at most 0.35 of it with jitter), the member tries
+    again often enough to be back within its session once a server answers. The cost, while no
+    server answers, is one connection attempt per member every quarter session timeout.
+    """
+    return KazooRetry(
+        max_tries=-1, delay=0.1, backoff=2, max_delay=session_timeout * RECONNECT_SHARE
+    )
 
 
 def group_acl(auth: tuple[str, str] | None) -> list[ACL] | None:
@@ -84,6 +107,7 @@ def connect(
     client = KazooClient(
         hosts=hosts,
         timeout=session_timeout,
+        connection_retry=reconnect_retry(session_timeout),
         auth_data=[("digest", f"{auth[0]}:{auth[1]}")] if auth else None,
         default_acl=acl,
     )

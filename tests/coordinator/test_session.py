@@ -7,6 +7,7 @@ import queue
 import threading
 import time
 
+import kazoo.retry
 import pytest
 
 from coordinator.errors import CoordinatorUnreachable
@@ -14,6 +15,7 @@ from coordinator.session import SessionEvent, SessionState, SessionWatcher, conn
 from keyshared.dev import LocalCluster
 from keyshared.errors import UnreachableError
 from tests.coordinator.conftest import WAIT_S, ClientFactory, closed_port, expire_session, take
+from tests.partitions.proxy import FaultyLink
 
 
 def test_unreachable_zookeeper_fails_within_the_bound_naming_hosts() -> None:
@@ -96,3 +98,46 @@ def test_zookeeper_restart_reports_suspended_then_resumed(
     assert resumed.state == SessionState.RESUMED
     assert resumed.session_id == session
     watcher.stop()
+
+
+class _WorstJitter:
+    """Stands in for the ``random`` module in ``kazoo.retry``: every pause at the top of its
+    jitter (+40 %), the schedule the reconnection policy must survive."""
+
+    @staticmethod
+    def uniform(low: float, high: float) -> float:
+        return high
+
+
+OUTAGE_S = 2.5
+"""How long no server answers. kazoo's default backoff at the jitter's worst tries at 0.14,
+0.53 and 1.63 s, then waits 3.1 s: its fourth try, at 4.7 s, comes after the server expired a
+4 s session. The member's policy (at most 1.4 s between tries) tries at 3.03 s."""
+
+
+def test_a_member_is_back_within_its_session_after_an_outage_longer_than_its_backoff(
+    zookeeper_hosts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that is down for a couple of seconds (a restart, an election) must not cost a
+    member its session: the member's reconnection attempts stay close enough together that it
+    is back before the server expires it, whatever kazoo's jitter draws."""
+    monkeypatch.setattr(kazoo.retry, "random", _WorstJitter())
+    with FaultyLink(zookeeper_hosts) as link:
+        client = connect(link.address, session_timeout=4.0)
+        events: queue.Queue[SessionEvent] = queue.Queue()
+        watcher = SessionWatcher(client, events.put)
+        try:
+            session = client.client_id[0]
+            client.exists("/")  # the server heard from the member just now
+            link.cut()  # connections refused from now: each attempt fails at once
+            assert take(events, "SUSPENDED").state == SessionState.SUSPENDED
+            time.sleep(OUTAGE_S)  # the outage itself, not a wait for an event
+            link.heal()
+            back = take(events, "the session back")
+            assert (back.state, back.session_id) == (SessionState.RESUMED, session), (
+                f"the member lost its session in a {OUTAGE_S} s outage: {back}"
+            )
+        finally:
+            watcher.stop()
+            client.stop()
+            client.close()
