@@ -6,6 +6,7 @@ import faulthandler
 import gc
 import importlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -40,6 +41,18 @@ _DEFAULTS = ConsumerOptions()  # the CLI's defaults are the library's, from one 
 # 10,000 keeps a young collection to a few milliseconds and takes that share to about 1 %
 # (docs/benchmarks.md, "The cyclic garbage collector").
 GC_YOUNG_THRESHOLD = 10_000
+
+
+def _retry_backoff(value: float) -> float:
+    """``--retry-backoff``: a wait, so a finite number of seconds, 0 (retry at once) or more.
+    click's float type takes ``nan`` and ``inf``, which RetryPolicy would refuse only once the
+    consumer is built, in a traceback rather than a usage error."""
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise click.BadParameter(
+            f"must be a finite number of seconds, 0 or more; got {value}",
+            param_hint="--retry-backoff",
+        )
+    return value
 
 
 def load_handler(spec: str, param_hint: str = "HANDLER") -> Callable[..., Any]:
@@ -125,6 +138,17 @@ def load_handler(spec: str, param_hint: str = "HANDLER") -> Callable[..., Any]:
     type=click.IntRange(min=1),
     default=_DEFAULTS.retry.max_attempts,
     help="Attempts per record, the first included.",
+)
+@click.option(
+    "--retry-backoff",
+    type=float,
+    callback=lambda ctx, param, value: _retry_backoff(value),
+    default=_DEFAULTS.retry.initial_backoff,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds before a failed record's first retry; each later one waits twice as long "
+    f"(at most {_DEFAULTS.retry.max_backoff:g} s, or this if longer), give or take 20 % at "
+    "random. Only that record's key waits meanwhile.",
 )
 @click.option(
     "--metrics-port",
@@ -263,6 +287,7 @@ def run(
     poison: str | None,
     dlq_topic: str,
     max_attempts: int,
+    retry_backoff: float,
     metrics_port: int | None,
     metrics_host: str,
     key_filters: tuple[str, ...],
@@ -358,7 +383,11 @@ def run(
             mode=mode,
             poison=poison,
             dlq_topic=dlq_topic,
-            retry=RetryPolicy(max_attempts=max_attempts),
+            retry=RetryPolicy(
+                max_attempts=max_attempts,
+                initial_backoff=retry_backoff,
+                max_backoff=max(_DEFAULTS.retry.max_backoff, retry_backoff),
+            ),
             metrics_port=metrics_port,
             metrics_host=metrics_host,
             key_filters=key_filters,
