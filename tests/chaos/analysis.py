@@ -12,6 +12,7 @@ from tests.chaos.fences import LOG_SLACK_NS, Fence
 from tests.chaos.observers import DeadLetter
 from tests.chaos.plan import BROKER_FAULTS, KAFKA_SESSION_MS, ZOMBIE_PID_BASE, ChaosPlan, Fault
 from tests.chaos.result import ChaosResult
+from tests.chaos.rewind_fault import deleted_records, judge_rewinds, skipped_by_key
 from tests.kafka.support.journal import (
     Event,
     RecordId,
@@ -32,8 +33,12 @@ def analyse(
     dead: Iterable[DeadLetter],
     result: ChaosResult,
     fences: Iterable[Fence] = (),
+    sent_at: Mapping[RecordId, int] | None = None,
 ) -> ChaosResult:
-    """Fill ``result`` from the journal events, the faults, the fences and the DLQ read back."""
+    """Fill ``result`` from the journal events, the faults, the fences and the DLQ read back.
+
+    :param sent_at: when each record was produced (the producer's clock, the journals'): which
+        records a topic rewind deleted (``tests/chaos/rewind_fault.py``)."""
     fences = [
         *fences,
         *(
@@ -46,6 +51,14 @@ def analyse(
     # What ran to its end, before any rule below takes a call out of the order check: a call
     # excused there still processed its record.
     ended = {(e.key, e.seq) for e in events if e.kind == "E"}
+    letters = list(dead)
+    # Records of a topic's old log that never finished were deleted with it: not lost, and
+    # skipped by the order check (see rewind_fault.py); judged on the raw timeline.
+    judge_rewinds(events, plan, result, sent_at or {}, killed)
+    deleted = deleted_records(
+        result.faults, sent_at or {}, ended | {(letter.key, letter.seq) for letter in letters}
+    )
+    result.deleted_with_topic = sorted(deleted, key=repr)
     events, result.zombie_starts = _drop_zombie_starts(events, result.faults)
     events, result.lost_starts = _drop_starts_after_a_loss(events, fences)
     if plan.mode == "partition":
@@ -63,13 +76,17 @@ def analyse(
     ]
     judged, result.retry_restarts = _count_attempts_across_redispatch(judged)
     incarnations, incarnation_kills = _incarnations(judged, fences, killed)
-    report = check(incarnations, expected, killed={**killed, **incarnation_kills})
+    report = check(
+        incarnations,
+        expected,
+        killed={**killed, **incarnation_kills},
+        skipped=skipped_by_key(deleted),
+    )
     result.violations = report.violations
     result.calls = report.calls
     result.duplicates = report.duplicate_ids
     result.retried = sum(1 for e in judged if e.kind == "F")
 
-    letters = list(dead)
     in_dlq: dict[RecordId, int] = defaultdict(int)
     for letter in letters:
         in_dlq[(letter.key, letter.seq)] += 1
@@ -87,7 +104,10 @@ def analyse(
     result.processed = len(processed & {(k, s) for k, n in expected.items()
                                         for s in range(1, n + 1)})  # fmt: skip
     result.lost = [
-        (k, s) for k, n in expected.items() for s in range(1, n + 1) if (k, s) not in processed
+        (k, s)
+        for k, n in expected.items()
+        for s in range(1, n + 1)
+        if (k, s) not in processed and (k, s) not in deleted
     ]
     calls = calls_of(judged, killed)
     account_duplicates(calls, result, fences, plan)

@@ -13,7 +13,9 @@ One run (:func:`run_chaos`) is bounded in time and stays on loopback:
    and in coordinator modes stall a member (SIGSTOP) past its ZooKeeper session timeout, then
    SIGCONT it, and restart ZooKeeper once; and, through a proxy in front of each ZooKeeper
    server, slow every member's ZooKeeper traffic for a while and lose one reply to a write
-   ZooKeeper applied (in the background: the schedule goes on meanwhile). The handlers
+   ZooKeeper applied (in the background: the schedule goes on meanwhile); and (by hand, on
+   the topology) let the input expire its offsets, and delete and create the input topic
+   again while a record waits out its retry backoff (``rewind_fault.py``). The handlers
    themselves fail on purpose (some records once, then a retry succeeds; some on every
    attempt: the DLQ) and some keys are slow;
 4. after the fault phase the run waits (bounded) for the group's committed offsets to reach
@@ -85,6 +87,7 @@ from tests.chaos.plan import (
     OFFSET_EXPIRY,
     PRODUCER_FENCE,
     QUIET,
+    TOPIC_REWIND,
     ChaosPlan,
     Fault,
     fault_fraction,
@@ -92,6 +95,7 @@ from tests.chaos.plan import (
 )
 from tests.chaos.result import ChaosResult
 from tests.chaos.retention_fault import outlive_retention
+from tests.chaos.rewind_fault import create_input_topic, recreate_under_backoff
 from tests.chaos.topology_faults import TOPOLOGY_FAULTS, inject_topology_fault
 from tests.coordinator.zk_proxy import ZooKeeperProxy
 from tests.kafka.support.journal import (
@@ -148,7 +152,7 @@ def run_chaos(
     topic = unique_name(f"chaos-{plan.mode}")
     group = unique_name(f"chaos-{plan.mode}")
     dlq = f"{topic}.dlq"
-    create_topic(admin, topic, plan.partitions, replication_factor=-1)
+    create_input_topic(admin, topic, plan)  # as a rewind creates it again
     create_topic(admin, dlq, plan.partitions, replication_factor=-1)
     out = f"{topic}.out" if plan.exactly_once else None
     if out is not None:
@@ -202,6 +206,9 @@ def run_chaos(
                 assert offsets is not None
                 resume = _allowed_until(faults, k, plan.fault_seconds)
                 outlive_retention(fault, plan, producer, members, tail, offsets, resume)
+            elif fault.kind == TOPIC_REWIND:
+                resume = _allowed_until(faults, k, plan.fault_seconds) if plan.topology else 1.0
+                recreate_under_backoff(fault, plan, producer, members, tail, topic, resume)
             elif fault.kind in TOPOLOGY_FAULTS:
                 assert isinstance(cluster, TopologyCluster)
                 inject_topology_fault(fault, plan, cluster, topic, tail)
@@ -273,7 +280,16 @@ def run_chaos(
     fences = [*fences_from_logs(members, clock_offset_ns), *(fence for _, fence in expiries)]
     if plan.exactly_once:
         fences += role_fences(members, clock_offset_ns)
-    analyse(read_journal(members.journal), plan, expected, members.killed, dead, result, fences)
+    analyse(
+        read_journal(members.journal),
+        plan,
+        expected,
+        members.killed,
+        dead,
+        result,
+        fences,
+        sent_at=producer.sent_at,
+    )
     if out is not None:
         result.outputs = judge_outputs(
             outputs, records, {(letter.key, letter.seq) for letter in dead}

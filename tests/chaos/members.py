@@ -64,6 +64,8 @@ class Members:
             "--poison", "block" if plan.mode == "exclusive" else "dead_letter",
             "-X", f"client.id={name}",
         ]  # fmt: skip
+        if plan.retry_backoff is not None:
+            args += ["--retry-backoff", str(plan.retry_backoff)]
         if plan.group_protocol == "consumer":
             # KIP-848: the session and heartbeat are the group's (set by the harness), and
             # librdkafka rejects them in a consumer's config.
@@ -244,6 +246,8 @@ class PacedProducer(threading.Thread):
         # record's latency to its handler's start
         self.sent_at: dict[tuple[bytes | None, int], int] = {}
         self._halt = threading.Event()
+        self.holding = threading.Event()  # set while the schedule holds it back
+        self._renew = False
         self.errors: list[str] = []
         self.failure: BaseException | None = None
 
@@ -257,6 +261,13 @@ class PacedProducer(threading.Thread):
             self._allowed = share
             self._allowed_changed.notify_all()
 
+    def renew(self) -> None:
+        """Produce with a new client once let go again (call while :attr:`holding`): the
+        input topic was deleted and created again, and an idempotent producer's sequence
+        numbers and cached metadata belong to the old topic."""
+        with self._allowed_changed:
+            self._renew = True
+
     def stop(self) -> None:
         """Produce nothing more (the records not sent yet are never sent: ``sent_at`` says
         which were); the ones sent are still flushed."""
@@ -268,11 +279,14 @@ class PacedProducer(threading.Thread):
         except BaseException as exc:  # reported by the run, not lost in a thread
             self.failure = exc
 
-    def _produce(self) -> None:
-        producer = Producer(
+    def _client(self) -> Producer:
+        return Producer(
             {"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
              "log_level": QUIET}
         )  # fmt: skip
+
+    def _produce(self) -> None:
+        producer = self._client()
 
         def delivered(err: object, msg: object) -> None:
             if err is None:
@@ -290,8 +304,13 @@ class PacedProducer(threading.Thread):
                 with self._allowed_changed:
                     held = time.monotonic_ns()
                     while i >= self._allowed * total:
+                        self.holding.set()
                         producer.poll(0)
                         self._allowed_changed.wait(0.1)
+                    self.holding.clear()
+                    if self._renew:
+                        producer.flush(30)
+                        producer, self._renew = self._client(), False
                     released = time.monotonic_ns()
                 if released - held > 1_000_000:
                     self.pauses.append((held, released))

@@ -20,6 +20,7 @@ from keyshared.kafka.dlq import DlqHeader
 from tests.chaos.plan import QUIET
 from tests.kafka.support.journal import (
     REPO_ROOT,
+    Event,
     RecordId,
     keyshared_command,
 )
@@ -37,6 +38,8 @@ class JournalTail:
         self.finished: set[RecordId] = set()
         self.last_pid = 0
         self.last_partition = 0
+        # every first attempt that failed, in journal order: the rewind fault waits for one
+        self.first_failures: list[Event] = []
 
     def poll(self) -> int:
         if not self.path.exists():
@@ -57,6 +60,13 @@ class JournalTail:
             if parts[0] == b"E":
                 key = None if parts[1] == b"-" else bytes.fromhex(parts[1].decode())
                 self.finished.add((key, int(parts[2])))
+            elif parts[0] == b"F" and parts[7] == b"1":
+                kind, key_hex, *numbers = (part.decode() for part in parts)
+                seq, pid, partition, offset, t, attempt = map(int, numbers)
+                key = None if key_hex == "-" else bytes.fromhex(key_hex)
+                self.first_failures.append(
+                    Event(kind, key, seq, pid, partition, offset, t, attempt)
+                )
         return len(self.finished)
 
 

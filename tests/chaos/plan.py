@@ -44,6 +44,13 @@ TOPOLOGY_OFFSET_RETENTION_MIN = 1
 """The topology cluster's ``offsets.retention.minutes`` (checked every 2 s): Kafka expires a
 member-less group's offset (``key_shared``, ``exclusive``) a minute after its last commit."""
 EXACTLY_ONCE_MODES = ("partition", "partition_leases", "exclusive")
+# The input topic deleted and created again while a record waits out its retry backoff: every
+# member's fetch goes back to the new log's start (tests/chaos/rewind_fault.py).
+TOPIC_REWIND = "topic_rewind"
+REWIND_BACKOFF_MIN = 2.0
+"""The least ``ChaosPlan.retry_backoff`` of a plan with rewinds: the deletion, the creation
+and the members' first fetch of the new log must fit in one backoff (on the topology cluster:
+about a second each on a loaded machine)."""
 
 
 # -- the plan ----------------------------------------------------------------------------------
@@ -102,6 +109,15 @@ class ChaosPlan:
     :param offset_expiries_at: (topology) when the input stops for longer than the cluster's
         offset retention, after which the member that worked last is killed: a member-less
         group (``key_shared``, ``exclusive``) must keep its offsets, and resume from them.
+    :param rewinds_at: when, once a member's handler failed the first attempt of a record
+        that a retry will finish, the input topic is deleted and created again (same
+        partitions, replication factor and configs) while the record waits out its backoff:
+        the members' fetch goes back to the new log's start (``keyshared/kafka/rewinds.py``).
+        Not with ``exactly_once`` (the outputs' judge knows no deleted records); needs
+        ``retry_backoff``.
+    :param retry_backoff: the members' ``--retry-backoff`` (seconds; None: the product's
+        default). A rewind's plan sets it to at least :data:`REWIND_BACKOFF_MIN`, so that the
+        record is still waiting when the fetch goes back.
     """
 
     mode: str
@@ -135,6 +151,8 @@ class ChaosPlan:
     zookeeper_latency_at: tuple[float, ...] = ()
     zookeeper_lost_replies_at: tuple[float, ...] = ()
     offset_expiries_at: tuple[float, ...] = ()
+    rewinds_at: tuple[float, ...] = ()
+    retry_backoff: float | None = None
     planned_gaps: bool = False
 
     def __post_init__(self) -> None:
@@ -159,6 +177,13 @@ class ChaosPlan:
             )
         if self.offset_expiries_at and not self.topology:
             raise ValueError("offset expiries need the topology cluster's short retention")
+        if self.rewinds_at and self.exactly_once:
+            raise ValueError("rewinds delete outputs' sources: not with exactly_once")
+        if self.rewinds_at and (self.retry_backoff or 0.0) < REWIND_BACKOFF_MIN:
+            raise ValueError(
+                f"a rewind must come while a record waits out its retry: retry_backoff >= "
+                f"{REWIND_BACKOFF_MIN} s, got {self.retry_backoff}"
+            )
         if self.fences_at and not self.exactly_once:
             raise ValueError("fences_at fences transactional producers: it needs exactly_once")
 
@@ -199,7 +224,8 @@ class ChaosPlan:
 class Fault:
     """One injected fault. Times are CLOCK_MONOTONIC ns, like the journals."""
 
-    kind: str  # a kind of MEMBER_FAULTS, SERVER_FAULTS, ...; PRODUCER_FENCE or OFFSET_EXPIRY
+    kind: str  # a kind of MEMBER_FAULTS, SERVER_FAULTS, ...; PRODUCER_FENCE, OFFSET_EXPIRY or
+    # TOPIC_REWIND
     at: float  # planned, seconds into the fault phase
     target: str = ""  # member name for member faults, node for a topology's node faults
     pid: int = 0
@@ -220,6 +246,8 @@ class Fault:
     # partition -> (committed offset, finished offsets above it from the commit metadata)
     committed: dict[int, tuple[int, frozenset[int]]] | None = None
     redone_uncommitted: int = 0  # duplicates of the victim's records not committed at the kill
+    # topic_rewind: the record that waited out its retry backoff at the deletion (key, seq)
+    record: tuple[bytes | None, int] | None = None
 
     def describe(self, t0: int) -> str:
         at = (self.t_fault - t0) / 1e9
@@ -255,6 +283,7 @@ def fault_schedule(plan: ChaosPlan) -> list[Fault]:
         ]
     faults += [Fault(PRODUCER_FENCE, at * plan.fault_seconds) for at in plan.fences_at]
     faults += [Fault(OFFSET_EXPIRY, at * plan.fault_seconds) for at in plan.offset_expiries_at]
+    faults += [Fault(TOPIC_REWIND, at * plan.fault_seconds) for at in plan.rewinds_at]
     at = rng.uniform(*plan.kill_every) / 2
     while at < plan.fault_seconds - 1.0:
         faults.append(Fault("member_kill", at))

@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.chaos.fences import Handover
 from tests.chaos.observers import GroupStates
 from tests.chaos.outputs import OutputVerdict
-from tests.chaos.plan import ChaosPlan, Fault
+from tests.chaos.plan import TOPIC_REWIND, ChaosPlan, Fault
 from tests.kafka.support.journal import (
     RecordId,
 )
@@ -61,6 +61,15 @@ class ChaosResult:
     # the producer held back by the schedule (topology runs): no key can finish a record that
     # was not produced, so convergence does not count these stretches
     producer_pauses: list[tuple[int, int]] = field(default_factory=list)
+    # topic rewinds (tests/chaos/rewind_fault.py): old-log records never finished, deleted
+    # with the topic (not lost); starts of the fault's record after the deletion (findings);
+    # records waiting out a backoff at a deletion, how many of the others started again; and
+    # first attempts of old-log records after a deletion
+    deleted_with_topic: list[RecordId] = field(default_factory=list)
+    rewind_reruns: list[str] = field(default_factory=list)
+    rewind_backoffs: int = 0
+    rewind_backoff_restarts: int = 0
+    rewind_old_starts: int = 0
     # exactly-once runs: the output topic read back with read_committed, judged
     outputs: OutputVerdict | None = None
 
@@ -145,6 +154,14 @@ class ChaosResult:
             f"keyshared verify: exit {self.verify_exit}, problems {self.verify_problems[:3]}, "
             f"dead letters {self.verify_dead_letters}",
         ]
+        if any(f.kind == TOPIC_REWIND for f in self.faults):
+            lines.append(
+                f"topic rewinds: deleted with the topic: {len(self.deleted_with_topic)} (old-log "
+                f"records never finished, not lost); in a retry backoff at a deletion "
+                f"{self.rewind_backoffs}, the fault's record started again "
+                f"{len(self.rewind_reruns)}, others started again {self.rewind_backoff_restarts}; "
+                f"old-log first attempts after a deletion {self.rewind_old_starts}"
+            )
         if self.outputs is not None:
             out = self.outputs
             lines.append(
@@ -166,6 +183,8 @@ class ChaosResult:
             lines.append(f"first starts after a loss: {self.lost_starts[:3]}")
         if self.dlq_problems:
             lines.append(f"DLQ problems: {self.dlq_problems[:5]}")
+        if self.rewind_reruns:
+            lines.append(f"records run again after a rewind: {self.rewind_reruns[:5]}")
         if self.exclusive_overlaps:
             lines.append(f"exclusive overlaps: {self.exclusive_overlaps[:5]}")
         return "\n".join(lines)

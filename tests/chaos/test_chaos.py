@@ -26,7 +26,7 @@ from keyshared.dev import LocalCluster
 from keyshared.dev.topology import TopologyCluster
 from tests.chaos.conftest import all_chaos, chaos_group_protocol, chaos_minutes, chaos_rate
 from tests.chaos.harness import ChaosPlan, ChaosResult, run_chaos
-from tests.chaos.plan import LINK_FAULTS, OFFSET_EXPIRY
+from tests.chaos.plan import LINK_FAULTS, OFFSET_EXPIRY, TOPIC_REWIND
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -40,6 +40,11 @@ latency and a write's reply lost. Both run in the background, and the short runs
 saturated (each fault waits for the one before it), so each starts together with the next
 fault: the lost reply (over within a commit interval) between the broker's restart (0.45) and
 ZooKeeper's (0.75), the latency spell last, where only member kills follow it."""
+REWIND_BACKOFF_S = 5.0
+"""The members' retry backoff in plans with a topic rewind: the deletion, the creation and the
+members' first fetch of the new log within one backoff of a failed first attempt (a jitter of
+20 % makes it 4 s at the least). The later, doubled waits hold a poison record's key 15 s
+before its dead letter, well inside the convergence bound."""
 LINK_FAULTS_SHORT = {"zookeeper_latency_at": LINK_FAULT_SHARES[0],
                      "zookeeper_lost_replies_at": LINK_FAULT_SHARES[1]}  # fmt: skip
 
@@ -86,6 +91,11 @@ def _topology_plan(mode: str, *, full: bool) -> ChaosPlan:
         # Offset expiry: 75 s of quiet input a run, by hand (CI has the component tests of
         # tests/coordinator/test_offset_expiry.py)
         offset_expiries_at=(0.9,) if full else (),
+        # The input topic deleted and created again while a record waits out its retry
+        # backoff, by hand too (CI has the component tests of tests/kafka/test_rewinds.py and
+        # tests/coordinator/test_topic_lifecycle.py); the backoff spans the recreation.
+        rewinds_at=(0.35,) if full else (),
+        retry_backoff=REWIND_BACKOFF_S if full else None,
     )
 
 
@@ -133,6 +143,7 @@ def long_plan(plan: ChaosPlan, minutes: float, rate: float | None = None) -> Cha
         zookeeper_lost_replies_at=spread(plan.zookeeper_lost_replies_at or LINK_FAULT_SHARES[1]),
         # once a run, not every 5 minutes: each spell holds the input back for 75 s
         offset_expiries_at=plan.offset_expiries_at,
+        rewinds_at=plan.rewinds_at,  # once a run too: the whole input goes each time
         planned_gaps=True,  # never faster than planned, however long a fault took
         settle_seconds=600.0,
     )
@@ -209,7 +220,11 @@ def test_chaos_exactly_once(
 
 
 EXACTLY_ONCE_TOPOLOGY: dict[str, ChaosPlan] = {
-    mode: replace(TOPOLOGY_FULL[mode], exactly_once=True, fences_at=(0.1,)) for mode in EXACTLY_ONCE
+    # no rewind: the outputs' judge knows no records deleted with their topic
+    mode: replace(
+        TOPOLOGY_FULL[mode], exactly_once=True, fences_at=(0.1,), rewinds_at=(), retry_backoff=None
+    )
+    for mode in EXACTLY_ONCE
 }
 """The production topology's full plans (every node fault) with exactly-once outputs and a
 producer fenced early in the fault phase. By hand: about 3 minutes a mode short, and the
@@ -298,6 +313,13 @@ def assert_guarantees(result: ChaosResult, report: str) -> None:
         assert fault.converged_s is None or fault.converged_s < CONVERGENCE_BOUND_S, (
             f"no convergence within {CONVERGENCE_BOUND_S}s after {fault.kind}\n{report}"
         )
+    rewinds = [f for f in result.faults if f.kind == TOPIC_REWIND]
+    assert all(f.record is not None and f.t_recovered for f in rewinds), (
+        f"a rewind did not happen while a record waited out its retry backoff\n{report}"
+    )
+    assert not result.rewind_reruns, (
+        f"a record withdrawn from its retry backoff by a rewind ran again\n{report}"
+    )
     spells = [f for f in result.faults if f.kind == OFFSET_EXPIRY]
     assert not any(f.expired for f in spells), f"Kafka expired a running group's offset\n{report}"
     assert result.verify_exit == 0, f"keyshared verify: not complete\n{report}"

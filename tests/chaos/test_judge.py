@@ -532,3 +532,137 @@ def test_an_exactly_once_member_may_leave_a_transaction_s_worth_uncommitted_at_a
     assert len(judge(first, redo, stable, [kill]).unexplained_duplicates) == 1
     kill.redone_uncommitted = 0
     assert not judge(first, redo, stable, [kill], plan=eos).unexplained_duplicates
+
+
+# -- the topic rewind (tests/chaos/rewind_fault.py) ---------------------------------------------
+
+
+def _rewind_run(*extra: Event, new_log_finishes: bool = True) -> ChaosResult:
+    """One key, six records. The old log has seq 1-4: 1 and 2 finish, 3 fails its first attempt
+    just before the topic is deleted at 5 s (the fault's record, in its backoff), 4 never
+    starts. The topic is back at 6 s; the new log has seq 5 and 6, which run at 8 and 9 s."""
+    from tests.chaos.analysis import analyse
+    from tests.chaos.plan import TOPIC_REWIND
+
+    plan = ChaosPlan(
+        "partition", keys=1, records=6, fail_always_rate=0.0, rewinds_at=(0.5,), retry_backoff=5.0
+    )
+    rewind = Fault(TOPIC_REWIND, 0.0, t_fault=5 * S, t_recovered=6 * S, record=(KEY, 3))
+    result = ChaosResult(plan, [rewind], t0=0)
+    sent_at = {(KEY, seq): seq * S for seq in range(1, 5)} | {(KEY, 5): 7 * S, (KEY, 6): 7 * S}
+    old = [
+        Event("S", KEY, 1, 7, 0, 0, int(1.1 * S), 1),
+        Event("E", KEY, 1, 7, 0, 0, int(1.2 * S), 1),
+        Event("S", KEY, 2, 7, 0, 1, int(2.1 * S), 1),
+        Event("E", KEY, 2, 7, 0, 1, int(2.2 * S), 1),
+        Event("S", KEY, 3, 7, 0, 2, int(4.8 * S), 1),
+        Event("F", KEY, 3, 7, 0, 2, int(4.9 * S), 1),
+    ]
+    new = [Event("S", KEY, 5, 7, 0, 0, 8 * S, 1), Event("E", KEY, 5, 7, 0, 0, int(8.1 * S), 1)]
+    if new_log_finishes:
+        new += [Event("S", KEY, 6, 7, 0, 1, 9 * S, 1), Event("E", KEY, 6, 7, 0, 1, 9 * S + 1, 1)]
+    analyse([*old, *new, *extra], plan, {KEY: 6}, {}, [], result, sent_at=sent_at)
+    return result
+
+
+def test_old_log_records_that_never_finished_were_deleted_with_the_topic_not_lost() -> None:
+    result = _rewind_run()
+    assert result.lost == []
+    assert result.deleted_with_topic == [(KEY, 3), (KEY, 4)]
+    assert "never ran again" in result.faults[0].note
+
+
+def test_a_keys_new_log_records_follow_its_finished_old_log_prefix_without_an_overtake() -> None:
+    """Seq 5 starts while seq 3 and 4 never finished: they went with the old log, and seq 2,
+    the last one that was to finish, had."""
+    assert _rewind_run().violations == []
+
+
+def test_deleted_records_excuse_no_start_before_the_prefix_finished() -> None:
+    """The gap is skipped, nothing more: seq 5 still needs seq 2 finished first."""
+    from tests.kafka.support.journal import check
+
+    events = [
+        Event("S", KEY, 1, 7, 0, 0, 1, 1),
+        Event("E", KEY, 1, 7, 0, 0, 2, 1),
+        Event("S", KEY, 2, 7, 0, 1, 3, 1),
+        Event("S", KEY, 5, 8, 0, 0, 4, 1),  # seq 2 still running
+        Event("E", KEY, 2, 7, 0, 1, 5, 1),
+        Event("E", KEY, 5, 8, 0, 0, 6, 1),
+    ]
+    report = check(events, {KEY: 5}, skipped={KEY: {3, 4}})
+    assert report.missing == []
+    assert any("seq 5" in v and "seq 2" in v for v in report.violations), report.violations
+
+
+def test_a_record_produced_after_the_recreation_must_finish() -> None:
+    result = _rewind_run(new_log_finishes=False)
+    assert result.lost == [(KEY, 6)]
+    assert (KEY, 6) not in result.deleted_with_topic
+
+
+def test_the_record_in_its_backoff_at_the_deletion_running_again_is_a_finding() -> None:
+    retry = [Event("S", KEY, 3, 7, 0, 2, 10 * S, 2), Event("E", KEY, 3, 7, 0, 2, 10 * S + 1, 2)]
+    result = _rewind_run(*retry)
+    assert len(result.rewind_reruns) == 1 and "(b'k', 3)" in result.rewind_reruns[0]
+    assert "STARTED AGAIN" in result.faults[0].note
+    assert (KEY, 3) not in result.deleted_with_topic  # it finished: processed, not deleted
+
+
+def test_an_old_log_call_running_at_the_deletion_may_finish_after_it() -> None:
+    """A straggler: seq 4 started before the deletion and ends after it; it is processed, and
+    only seq 3 (in its backoff) was deleted."""
+    from tests.chaos.analysis import analyse
+    from tests.chaos.plan import TOPIC_REWIND
+
+    plan = ChaosPlan(
+        "partition", keys=1, records=5, fail_always_rate=0.0, rewinds_at=(0.5,), retry_backoff=5.0
+    )
+    rewind = Fault(TOPIC_REWIND, 0.0, t_fault=5 * S, t_recovered=6 * S, record=(b"j", 1))
+    result = ChaosResult(plan, [rewind], t0=0)
+    sent_at = {(KEY, seq): seq * S for seq in range(1, 5)} | {(KEY, 5): 7 * S}
+    events = [
+        Event("S", KEY, 1, 7, 0, 0, int(1.1 * S), 1),
+        Event("E", KEY, 1, 7, 0, 0, int(1.2 * S), 1),
+        Event("S", KEY, 2, 7, 0, 1, int(2.1 * S), 1),
+        Event("E", KEY, 2, 7, 0, 1, int(2.2 * S), 1),
+        Event("S", KEY, 3, 7, 0, 2, int(4.8 * S), 1),
+        Event("E", KEY, 3, 7, 0, 2, int(5.5 * S), 1),  # the straggler
+        Event("S", KEY, 5, 7, 0, 0, 8 * S, 1),
+        Event("E", KEY, 5, 7, 0, 0, int(8.1 * S), 1),
+    ]
+    analyse(events, plan, {KEY: 5}, {}, [], result, sent_at=sent_at)
+    assert result.deleted_with_topic == [(KEY, 4)]
+    assert result.lost == [] and result.violations == [] and result.rewind_reruns == []
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [({"retry_backoff": None}, "retry_backoff"), ({"retry_backoff": 0.2}, "retry_backoff"),
+     ({"retry_backoff": 5.0, "exactly_once": True}, "exactly_once")],
+)  # fmt: skip
+def test_a_rewind_plan_needs_a_long_backoff_and_no_outputs(
+    settings: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        ChaosPlan("partition", rewinds_at=(0.5,), **settings)  # type: ignore[arg-type]
+
+
+def test_the_journal_tail_sees_failed_first_attempts_only(tmp_path: object) -> None:
+    """The rewind fault waits on these: a retry's failure is no record entering its backoff
+    for the first time, and a torn last line is read once it is whole."""
+    from pathlib import Path
+
+    from tests.chaos.observers import JournalTail
+
+    journal = Path(str(tmp_path)) / "journal"
+    journal.write_bytes(
+        b"S 6b 3 7 0 2 100 1\nF 6b 3 7 0 2 200 1\nF 6b 4 7 0 3 300 2\nF 6b 5 7 0 4 4"
+    )
+    tail = JournalTail(journal)
+    tail.poll()
+    assert [(e.key, e.seq, e.t) for e in tail.first_failures] == [(KEY, 3, 200)]
+    with open(journal, "ab") as f:
+        f.write(b"00 1\n")
+    tail.poll()
+    assert [(e.seq, e.t) for e in tail.first_failures] == [(3, 200), (5, 400)]

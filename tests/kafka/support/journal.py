@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,18 +163,26 @@ def check(
     events: list[Event],
     expected: Mapping[bytes | None, int],
     killed: Mapping[int, int] | None = None,
+    skipped: Mapping[bytes | None, Collection[int]] | None = None,
 ) -> Report:
     """Check completeness and per-key order of ``events`` against ``expected`` (key -> count).
 
     :param killed: pid -> monotonic ns of its SIGKILL; a call of that pid that never ended is
         taken to end there (its effects stop at the kill).
+    :param skipped: key -> sequence numbers that were never to finish (records deleted with
+        their topic, the chaos runs' rewind): not missing, and a key's next record follows the
+        last one before them that was to finish.
     """
     killed = dict(killed or {})
+    skipped = skipped or {}
     report = Report(expected=sum(expected.values()))
     done = finished(events)
     report.finished = len(done)
     report.missing = [
-        (k, s) for k, n in expected.items() for s in range(1, n + 1) if (k, s) not in done
+        (k, s)
+        for k, n in expected.items()
+        for s in range(1, n + 1)
+        if (k, s) not in done and s not in skipped.get(k, ())
     ]
     ends: dict[RecordId, int] = defaultdict(int)
     by_key: dict[bytes | None, list[Event]] = defaultdict(list)
@@ -187,12 +195,16 @@ def check(
     report.duplicate_ids = sorted((rid for rid, n in ends.items() if n > 1), key=repr)
     report.duplicates = len(report.duplicate_ids)
     for key, key_events in by_key.items():
-        _check_key(key, key_events, killed, report.violations)
+        _check_key(key, key_events, killed, report.violations, skipped.get(key, ()))
     return report
 
 
 def _check_key(
-    key: bytes | None, events: list[Event], killed: Mapping[int, int], violations: list[str]
+    key: bytes | None,
+    events: list[Event],
+    killed: Mapping[int, int],
+    violations: list[str],
+    skipped: Collection[int] = (),
 ) -> None:
     open_calls: dict[tuple[int, int], Event] = {}  # (pid, seq) -> start
     for event in events:
@@ -225,10 +237,13 @@ def _check_key(
                     f"key {key!r}: seq {event.seq} (pid {event.pid}) started while seq "
                     f"{other.seq} (pid {other.pid}) was running"
                 )
-            if event.seq > 1 and event.seq - 1 not in ended:
+            previous_seq = event.seq - 1
+            while previous_seq in skipped:
+                previous_seq -= 1
+            if previous_seq >= 1 and previous_seq not in ended:
                 violations.append(
                     f"key {key!r}: seq {event.seq} (pid {event.pid}) started before seq "
-                    f"{event.seq - 1} ever finished"
+                    f"{previous_seq} ever finished"
                 )
             previous = last_start.get(event.pid)
             if previous is not None and event.seq <= previous and event.attempt == 1:
