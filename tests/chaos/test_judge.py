@@ -3,6 +3,8 @@ fault that explains it, so a judge that excuses too much would hide keyshared's 
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from tests.chaos.accounting import Call, account_duplicates
@@ -12,7 +14,7 @@ from tests.chaos.observers import GroupStates
 from tests.chaos.plan import FAULT_GAP_S, ChaosPlan, Fault, fault_schedule
 from tests.chaos.result import ChaosResult
 from tests.chaos.test_chaos import long_plan
-from tests.kafka.support.journal import Event
+from tests.kafka.support.journal import Event, RecordId
 
 S = 1_000_000_000  # one second in ns
 KEY = b"k"
@@ -549,7 +551,8 @@ def _rewind_run(*extra: Event, new_log_finishes: bool = True) -> ChaosResult:
     )
     rewind = Fault(TOPIC_REWIND, 0.0, t_fault=5 * S, t_recovered=6 * S, record=(KEY, 3))
     result = ChaosResult(plan, [rewind], t0=0)
-    sent_at = {(KEY, seq): seq * S for seq in range(1, 5)} | {(KEY, 5): 7 * S, (KEY, 6): 7 * S}
+    sent_at: dict[RecordId, int] = {(KEY, seq): seq * S for seq in range(1, 5)}
+    sent_at |= {(KEY, 5): 7 * S, (KEY, 6): 7 * S}
     old = [
         Event("S", KEY, 1, 7, 0, 0, int(1.1 * S), 1),
         Event("E", KEY, 1, 7, 0, 0, int(1.2 * S), 1),
@@ -620,7 +623,8 @@ def test_an_old_log_call_running_at_the_deletion_may_finish_after_it() -> None:
     )
     rewind = Fault(TOPIC_REWIND, 0.0, t_fault=5 * S, t_recovered=6 * S, record=(b"j", 1))
     result = ChaosResult(plan, [rewind], t0=0)
-    sent_at = {(KEY, seq): seq * S for seq in range(1, 5)} | {(KEY, 5): 7 * S}
+    sent_at: dict[RecordId, int] = {(KEY, seq): seq * S for seq in range(1, 5)}
+    sent_at[(KEY, 5)] = 7 * S
     events = [
         Event("S", KEY, 1, 7, 0, 0, int(1.1 * S), 1),
         Event("E", KEY, 1, 7, 0, 0, int(1.2 * S), 1),
@@ -666,3 +670,77 @@ def test_the_journal_tail_sees_failed_first_attempts_only(tmp_path: object) -> N
         f.write(b"00 1\n")
     tail.poll()
     assert [(e.seq, e.t) for e in tail.first_failures] == [(3, 200), (5, 400)]
+
+
+def test_a_rewind_recreates_the_topic_while_the_failed_record_waits(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fault's steps in order, on stand-ins for the producer, the members and the admin
+    client: it picks a live member's non-poison first failure (not a dead member's), stops the
+    producer with everything acknowledged, deletes, waits until the topic is gone, creates it
+    again with the plan's partitions, renews the producer and lets it go on."""
+    import threading
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import tests.chaos.rewind_fault as rewind_fault
+    from tests.chaos.members import Members, PacedProducer
+    from tests.chaos.observers import JournalTail
+    from tests.chaos.plan import TOPIC_REWIND
+
+    steps: list[str] = []
+    topics: dict[str, object] = {"in": SimpleNamespace(error=None)}
+
+    class Admin:
+        def __init__(self, config: object) -> None:
+            pass
+
+        def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
+            return SimpleNamespace(topics=dict(topics))
+
+    def delete(admin: object, names: list[str], timeout: float) -> None:
+        steps.append(f"delete {names}")
+        topics.clear()
+
+    def create(admin: object, name: str, partitions: int, **kwargs: object) -> None:
+        steps.append(f"create {name} {partitions} {kwargs}")
+        topics[name] = SimpleNamespace(error=None)
+
+    monkeypatch.setattr(rewind_fault, "AdminClient", Admin)
+    monkeypatch.setattr(rewind_fault, "delete_topics", delete)
+    monkeypatch.setattr(rewind_fault, "create_topic", create)
+
+    class Producer:
+        records = [(KEY, seq) for seq in range(1, 101)]
+        sent_at = {(KEY, seq): seq for seq in range(1, 51)}
+        delivered, holding = 50, threading.Event()
+        errors: list[str] = []
+
+        def allow_until(self, share: float) -> None:
+            steps.append(f"allow {share}")
+            self.holding.set()
+
+        def renew(self) -> None:
+            steps.append("renew")
+
+    journal = Path(str(tmp_path)) / "journal"
+    journal.write_bytes(b"F 6b 3 99 0 2 100 1\nF 6b 4 7 1 3 200 1\n")  # pid 99 is dead
+    members = SimpleNamespace(
+        bootstrap="b", names_by_pid={7: "M1", 99: "M0"}, procs={"M1": object()}
+    )
+    plan = ChaosPlan("partition", partitions=6, rewinds_at=(0.5,), retry_backoff=5.0)
+    fault = Fault(TOPIC_REWIND, 0.0)
+    producer, tail = cast(PacedProducer, Producer()), JournalTail(journal)
+    rewind_fault.recreate_under_backoff(
+        fault, plan, producer, cast(Members, members), tail, "in", 0.75
+    )
+    assert steps == [
+        "allow 0.5",
+        "delete ['in']",
+        "create in 6 {'replication_factor': -1}",
+        "renew",
+        "allow 0.75",
+    ]
+    assert fault.record == (KEY, 4) and fault.target == "M1" and fault.pid == 7
+    assert 0 < fault.t_fault <= fault.t_recovered
+    assert "seq 4 (partition 1 offset 3) in its backoff" in fault.note
