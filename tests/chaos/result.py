@@ -68,7 +68,7 @@ class ChaosResult:
     deleted_with_topic: list[RecordId] = field(default_factory=list)
     rewind_reruns: list[str] = field(default_factory=list)
     rewind_backoffs: int = 0
-    rewind_backoff_restarts: int = 0
+    rewind_backoff_restarts: list[str] = field(default_factory=list)
     rewind_old_starts: int = 0
     # exactly-once runs: the output topic read back with read_committed, judged
     outputs: OutputVerdict | None = None
@@ -159,7 +159,8 @@ class ChaosResult:
                 f"topic rewinds: deleted with the topic: {len(self.deleted_with_topic)} (old-log "
                 f"records never finished, not lost); in a retry backoff at a deletion "
                 f"{self.rewind_backoffs}, the fault's record started again "
-                f"{len(self.rewind_reruns)}, others started again {self.rewind_backoff_restarts}; "
+                f"{len(self.rewind_reruns)}, others started again "
+                f"{len(self.rewind_backoff_restarts)}; "
                 f"old-log first attempts after a deletion {self.rewind_old_starts}"
             )
         if self.outputs is not None:
@@ -185,6 +186,12 @@ class ChaosResult:
             lines.append(f"DLQ problems: {self.dlq_problems[:5]}")
         if self.rewind_reruns:
             lines.append(f"records run again after a rewind: {self.rewind_reruns[:5]}")
+        if self.rewind_backoff_restarts:
+            lines.append(
+                f"other records in a backoff at a deletion that ran again (before their "
+                f"member's fetch went back, or from a new owner's window): "
+                f"{self.rewind_backoff_restarts[:5]}"
+            )
         if self.exclusive_overlaps:
             lines.append(f"exclusive overlaps: {self.exclusive_overlaps[:5]}")
         return "\n".join(lines)

@@ -199,7 +199,7 @@ def judge_rewinds(
             if event.kind == "F" and event.attempt < plan.max_attempts and killed.get(pid, t) >= t
         } - {fault.record}
         result.rewind_backoffs += len(waiting) + 1
-        restarted: set[RecordId] = set()
+        restarted: dict[RecordId, Event] = {}
         for event in events:
             if event.kind != "S" or event.t <= t:
                 continue
@@ -211,9 +211,15 @@ def judge_rewinds(
                     f"t={(event.t - result.t0) / 1e9:.2f}s, attempt {event.attempt}"
                 )
             elif rid in waiting:
-                restarted.add(rid)
+                restarted.setdefault(rid, event)
             elif event.attempt == 1 and sent_at.get(rid, t) < t:
                 result.rewind_old_starts += 1
-        result.rewind_backoff_restarts += len(restarted)
+        failed_at = {rid: e.t for (_, rid), e in last.items() if rid in restarted}
+        result.rewind_backoff_restarts += [
+            f"{rid!r} failed {(t - failed_at[rid]) / 1e9:.2f}s before the deletion, started "
+            f"again {(event.t - t) / 1e9:.2f}s after it in pid {event.pid} (attempt "
+            f"{event.attempt}, partition {event.partition} offset {event.offset})"
+            for rid, event in restarted.items()
+        ]
         rerun = any(line.startswith(repr(fault.record)) for line in result.rewind_reruns)
         fault.note += "; it STARTED AGAIN" if rerun else "; it never ran again"
