@@ -539,6 +539,16 @@ def test_an_exactly_once_member_may_leave_a_transaction_s_worth_uncommitted_at_a
 # -- the topic rewind (tests/chaos/rewind_fault.py) ---------------------------------------------
 
 
+def _seq_1_and_2_finished() -> list[Event]:
+    """The old log's first two records of ``KEY``, run and finished before the rewind."""
+    return [
+        Event("S", KEY, 1, 7, 0, 0, int(1.1 * S), 1),
+        Event("E", KEY, 1, 7, 0, 0, int(1.2 * S), 1),
+        Event("S", KEY, 2, 7, 0, 1, int(2.1 * S), 1),
+        Event("E", KEY, 2, 7, 0, 1, int(2.2 * S), 1),
+    ]
+
+
 def _rewind_run(*extra: Event, new_log_finishes: bool = True) -> ChaosResult:
     """One key, six records. The old log has seq 1-4: 1 and 2 finish, 3 fails its first attempt
     just before the topic is deleted at 5 s (the fault's record, in its backoff), 4 never
@@ -554,10 +564,7 @@ def _rewind_run(*extra: Event, new_log_finishes: bool = True) -> ChaosResult:
     sent_at: dict[RecordId, int] = {(KEY, seq): seq * S for seq in range(1, 5)}
     sent_at |= {(KEY, 5): 7 * S, (KEY, 6): 7 * S}
     old = [
-        Event("S", KEY, 1, 7, 0, 0, int(1.1 * S), 1),
-        Event("E", KEY, 1, 7, 0, 0, int(1.2 * S), 1),
-        Event("S", KEY, 2, 7, 0, 1, int(2.1 * S), 1),
-        Event("E", KEY, 2, 7, 0, 1, int(2.2 * S), 1),
+        *_seq_1_and_2_finished(),
         Event("S", KEY, 3, 7, 0, 2, int(4.8 * S), 1),
         Event("F", KEY, 3, 7, 0, 2, int(4.9 * S), 1),
     ]
@@ -626,10 +633,7 @@ def test_an_old_log_call_running_at_the_deletion_may_finish_after_it() -> None:
     sent_at: dict[RecordId, int] = {(KEY, seq): seq * S for seq in range(1, 5)}
     sent_at[(KEY, 5)] = 7 * S
     events = [
-        Event("S", KEY, 1, 7, 0, 0, int(1.1 * S), 1),
-        Event("E", KEY, 1, 7, 0, 0, int(1.2 * S), 1),
-        Event("S", KEY, 2, 7, 0, 1, int(2.1 * S), 1),
-        Event("E", KEY, 2, 7, 0, 1, int(2.2 * S), 1),
+        *_seq_1_and_2_finished(),
         Event("S", KEY, 3, 7, 0, 2, int(4.8 * S), 1),
         Event("E", KEY, 3, 7, 0, 2, int(5.5 * S), 1),  # the straggler
         Event("S", KEY, 5, 7, 0, 0, 8 * S, 1),
