@@ -23,6 +23,7 @@ from tests.kafka.support.journal import (
     Event,
     RecordId,
     keyshared_command,
+    parse_event,
 )
 
 # -- progress and completion -------------------------------------------------------------------
@@ -61,12 +62,9 @@ class JournalTail:
                 key = None if parts[1] == b"-" else bytes.fromhex(parts[1].decode())
                 self.finished.add((key, int(parts[2])))
             elif parts[0] == b"F" and parts[7] == b"1":
-                kind, key_hex, *numbers = (part.decode() for part in parts)
-                seq, pid, partition, offset, t, attempt = map(int, numbers)
-                key = None if key_hex == "-" else bytes.fromhex(key_hex)
-                self.first_failures.append(
-                    Event(kind, key, seq, pid, partition, offset, t, attempt)
-                )
+                failure = parse_event(line.decode())
+                assert failure is not None  # eight fields, checked above
+                self.first_failures.append(failure)
         return len(self.finished)
 
 

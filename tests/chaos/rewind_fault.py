@@ -44,7 +44,7 @@ from tests.chaos.members import Members, PacedProducer
 from tests.chaos.observers import JournalTail
 from tests.chaos.plan import QUIET, TOPIC_REWIND, ChaosPlan, Fault
 from tests.chaos.result import ChaosResult
-from tests.kafka.support.journal import Event, RecordId
+from tests.kafka.support.journal import Event, RecordId, wait_for
 
 FAILURE_WAIT_S = 60.0
 """How long the fault waits for a first attempt to fail (about 1 in 300 records does)."""
@@ -92,20 +92,24 @@ def recreate_under_backoff(
     admin = AdminClient({"bootstrap.servers": members.bootstrap, "log_level": QUIET})
     producer.allow_until(len(producer.sent_at) / len(producer.records))
     try:
-        _await(
+        wait_for(
             lambda: (
                 producer.holding.is_set()
                 and producer.delivered + len(producer.errors) >= len(producer.sent_at)
             ),
+            TOPIC_WAIT_S,
             "the producer to stop with everything it sent acknowledged",
+            interval=0.05,
         )
         fault.t_fault = time.monotonic_ns()
         fault.record = (failure.key, failure.seq)
         fault.target = members.names_by_pid.get(failure.pid, str(failure.pid))
         fault.pid = failure.pid
         delete_topics(admin, [topic], timeout=TOPIC_WAIT_S)
-        _await(lambda: _gone(admin, topic), f"{topic} to be deleted")
-        _await(lambda: _created(admin, topic, plan), f"{topic} to be created again")
+        wait_for(lambda: _gone(admin, topic), TOPIC_WAIT_S, f"{topic} to be deleted", 0.05)
+        wait_for(
+            lambda: _created(admin, topic, plan), TOPIC_WAIT_S, f"{topic} to be created again", 0.05
+        )
         producer.renew()
         fault.t_recovered = time.monotonic_ns()
     finally:
@@ -118,14 +122,6 @@ def recreate_under_backoff(
         f"{(fault.t_recovered - failure.t) / 1e9:.2f}s after the failure "
         f"(backoff {plan.retry_backoff}s)"
     )
-
-
-def _await(condition: object, what: str) -> None:
-    deadline = time.monotonic() + TOPIC_WAIT_S
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {TOPIC_WAIT_S:.0f}s waiting for {what}")
-        time.sleep(0.05)  # an admin client's view: polled
 
 
 def _gone(admin: AdminClient, topic: str) -> bool:

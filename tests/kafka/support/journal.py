@@ -108,28 +108,29 @@ class Event:
     attempt: int
 
 
+def parse_event(line: str) -> Event | None:
+    """One journal line as an event; None for a line torn by a kill."""
+    parts = line.split()
+    if len(parts) != 8:
+        return None
+    kind, key, seq, pid, partition, offset, t, attempt = parts
+    return Event(
+        kind,
+        None if key == "-" else bytes.fromhex(key),
+        int(seq),
+        int(pid),
+        int(partition),
+        int(offset),
+        int(t),
+        int(attempt),
+    )
+
+
 def read_journal(path: Path) -> list[Event]:
     if not path.exists():
         return []
-    events = []
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) != 8:
-            continue  # a line torn by a kill
-        kind, key, seq, pid, partition, offset, t, attempt = parts
-        events.append(
-            Event(
-                kind,
-                None if key == "-" else bytes.fromhex(key),
-                int(seq),
-                int(pid),
-                int(partition),
-                int(offset),
-                int(t),
-                int(attempt),
-            )
-        )
-    return events
+    events = (parse_event(line) for line in path.read_text().splitlines())
+    return [event for event in events if event is not None]
 
 
 def finished(events: Iterable[Event]) -> set[RecordId]:
