@@ -59,7 +59,9 @@ def analyse(
         result.faults, sent_at or {}, ended | {(letter.key, letter.seq) for letter in letters}
     )
     result.deleted_with_topic = sorted(deleted, key=repr)
-    events, result.zombie_starts = _drop_zombie_starts(events, result.faults)
+    events, result.zombie_starts, result.decided_before_stop = _drop_zombie_starts(
+        events, result.faults
+    )
     events, result.lost_starts = _drop_starts_after_a_loss(events, fences)
     if plan.mode == "partition":
         events, result.cut_off_starts = _drop_cut_off_starts(events, fences, result.faults)
@@ -171,11 +173,21 @@ def _drop_cut_off_starts(
     )
 
 
-def _drop_zombie_starts(events: list[Event], faults: list[Fault]) -> tuple[list[Event], list[str]]:
+def _drop_zombie_starts(
+    events: list[Event], faults: list[Fault]
+) -> tuple[list[Event], list[str], list[str]]:
     """Calls a stalled member *started* after its SIGCONT and before it noticed that its session
-    had expired. Unlike a call frozen mid-way, nothing excuses these (the member dispatches
-    records it no longer owns, which the new owner may have done already); they are listed
-    and taken out of the timeline, so that the rest is judged on its own.
+    had expired: the events without them, the ones nothing excuses, and the ones decided before
+    the stop. All are listed and taken out of the timeline, so that the rest is judged on its
+    own.
+
+    - **Decided before the stop** (the documented exception, a zombie call): a worker that had
+      passed ``RecordExecutor.prepare``'s last liveness check when the SIGSTOP landed calls the
+      handler on waking; no check can close that window (fencing tokens cover it). Its start is
+      the first line its thread journals after the stop (finding 18). Only the first: any later
+      start of that thread, or a start after another line of it, was decided after the resume.
+    - **Nothing excuses the others**: the member dispatched records it no longer owns, which
+      the new owner may have done already.
 
     The window opens at the stop, not at the harness's stamp of the SIGCONT: a stopped process
     journals nothing, and on a loaded machine the resumed member has journaled a start before
@@ -185,11 +197,30 @@ def _drop_zombie_starts(events: list[Event], faults: list[Fault]) -> tuple[list[
         for f in faults
         if f.kind == "member_stall" and f.expired
     ]
-    return _drop_starts(
+    # The first line each thread of a stalled process journaled after its stop.
+    first_after_stop: set[Event] = set()
+    seen: set[tuple[int, int, int]] = set()
+    for event in events:
+        for pid, lo, _hi in windows:
+            if pid == event.pid and event.t >= lo and (pid, lo, event.thread) not in seen:
+                seen.add((pid, lo, event.thread))
+                if event.thread:  # 0: a journal without threads, nothing to tell by
+                    first_after_stop.add(event)
+
+    def in_window(e: Event) -> bool:
+        return any(pid == e.pid and lo <= e.t <= hi for pid, lo, hi in windows)
+
+    events, decided = _drop_starts(
         events,
-        lambda e: any(pid == e.pid and lo <= e.t <= hi for pid, lo, hi in windows),
+        lambda e: e in first_after_stop and in_window(e),
+        "after its SIGCONT, decided before its stop (the thread's first line after it)",
+    )
+    events, wrong = _drop_starts(
+        events,
+        in_window,
         "after its SIGCONT, before it noticed its session had expired",
     )
+    return events, wrong, decided
 
 
 def _drop_starts_after_a_loss(

@@ -54,7 +54,7 @@ class JournalTail:
         self._partial = lines.pop()
         for line in lines:
             parts = line.split()
-            if len(parts) != 8:
+            if len(parts) != 9:
                 continue
             self.last_pid = int(parts[3])
             self.last_partition = int(parts[4])
@@ -63,7 +63,7 @@ class JournalTail:
                 self.finished.add((key, int(parts[2])))
             elif parts[0] == b"F" and parts[7] == b"1":
                 failure = parse_event(line.decode())
-                assert failure is not None  # eight fields, checked above
+                assert failure is not None  # nine fields, checked above
                 self.first_failures.append(failure)
         return len(self.finished)
 

@@ -36,6 +36,8 @@ class ChaosResult:
     dlq_problems: list[str] = field(default_factory=list)
     cut_off_starts: list[str] = field(default_factory=list)  # see _drop_cut_off_starts
     zombie_starts: list[str] = field(default_factory=list)  # see _drop_zombie_starts
+    # started on waking by a worker that had passed its last liveness check before the stop
+    decided_before_stop: list[str] = field(default_factory=list)  # see _drop_zombie_starts
     lost_starts: list[str] = field(default_factory=list)  # see _drop_starts_after_a_loss
     zombie_calls: int = 0  # calls of a stalled or fenced member that outlived its fence
     lost_partition_zombies: int = 0  # of them: calls running when the group took a partition
@@ -139,7 +141,8 @@ class ChaosResult:
             f"{self.lost_partition_zombies}; duplicates after a lost partition or expired session "
             f"{self.lost_partition_duplicates}",
             f"calls started by a stalled member after its SIGCONT, before it noticed the "
-            f"expiry: {len(self.zombie_starts)}",
+            f"expiry: {len(self.zombie_starts)}; decided before its stop (a worker's first "
+            f"line on waking; the documented exception) {len(self.decided_before_stop)}",
             f"calls started on a partition after it was logged lost, before it was assigned "
             f"again: {len(self.lost_starts)}",
             f"calls started by a member cut off from the broker, before it learned its partition "
@@ -180,6 +183,8 @@ class ChaosResult:
             lines.append(f"first unexplained duplicates: {self.unexplained_duplicates[:5]}")
         if self.zombie_starts:
             lines.append(f"first zombie starts: {self.zombie_starts[:3]}")
+        if self.decided_before_stop:
+            lines.append(f"starts decided before a stop: {self.decided_before_stop[:3]}")
         if self.lost_starts:
             lines.append(f"first starts after a loss: {self.lost_starts[:3]}")
         if self.dlq_problems:

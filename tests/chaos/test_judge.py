@@ -156,9 +156,9 @@ def test_starts_of_a_stalled_member_before_it_noticed_the_expiry_are_taken_out()
     frozen = [Event("S", KEY, 1, 7, 0, 10, int(0.5 * S), 1), Event("E", KEY, 1, 7, 0, 10, 5 * S, 1)]
     zombie = [Event("S", KEY, 2, 7, 0, 11, int(5.5 * S), 1), Event("E", KEY, 2, 7, 0, 11, 7 * S, 1)]
     later = [Event("S", KEY, 3, 7, 0, 12, 8 * S, 1), Event("E", KEY, 3, 7, 0, 12, 9 * S, 1)]
-    kept, found = _drop_zombie_starts([*frozen, *zombie, *later], [stall])
+    kept, found, decided = _drop_zombie_starts([*frozen, *zombie, *later], [stall])
     assert kept == [*frozen, *later]
-    assert len(found) == 1 and "seq 2" in found[0]
+    assert len(found) == 1 and "seq 2" in found[0] and decided == []
 
 
 def test_a_start_journaled_before_the_harness_stamped_the_sigcont_is_a_zombie_start() -> None:
@@ -170,8 +170,37 @@ def test_a_start_journaled_before_the_harness_stamped_the_sigcont_is_a_zombie_st
     stall = Fault("member_stall", 0.0, pid=7, t_fault=1 * S, t_recovered=5 * S, expired=True)
     stall.t_noticed = 6 * S
     early = [Event("S", KEY, 2, 7, 0, 11, int(4.98 * S), 1), Event("E", KEY, 2, 7, 0, 11, 7 * S, 1)]
-    kept, found = _drop_zombie_starts(early, [stall])
-    assert kept == [] and len(found) == 1
+    kept, found, decided = _drop_zombie_starts(early, [stall])
+    assert kept == [] and len(found) == 1 and decided == []
+
+
+def test_a_threads_first_start_after_the_stop_was_decided_before_it() -> None:
+    """Finding 18: a worker that passed the last liveness check just before the SIGSTOP calls
+    the handler on waking (the documented exception). It journals that start as its thread's
+    first line after the stop; a later start of that thread, or one after another line of it
+    (the end of a call frozen mid-way), was decided after the resume and fails the run."""
+    from tests.chaos.analysis import _drop_zombie_starts
+
+    stall = Fault("member_stall", 0.0, pid=7, t_fault=1 * S, t_recovered=5 * S, expired=True)
+    stall.t_noticed = 6 * S
+
+    def call(seq: int, start: float, end: float, thread: int) -> list[Event]:
+        return [
+            Event("S", KEY, seq, 7, 0, 10 + seq, int(start * S), 1, thread),
+            Event("E", KEY, seq, 7, 0, 10 + seq, int(end * S), 1, thread),
+        ]
+
+    before = call(1, 0.2, 0.5, thread=101)  # its thread's line before the stop
+    on_waking = call(2, 5.001, 5.2, thread=101)  # first line of thread 101 after the stop
+    next_one = call(3, 5.3, 5.4, thread=101)  # decided after the resume
+    frozen = [Event("S", KEY, 4, 7, 0, 14, int(0.9 * S), 1, 102),
+              Event("E", KEY, 4, 7, 0, 14, int(5.01 * S), 1, 102)]  # fmt: skip
+    after_frozen = call(5, 5.02, 5.1, thread=102)  # decided after the resume
+    events = sorted([*before, *on_waking, *next_one, *frozen, *after_frozen], key=lambda e: e.t)
+    kept, found, decided = _drop_zombie_starts(events, [stall])
+    assert len(decided) == 1 and "seq 2" in decided[0]
+    assert sorted(f.split(" seq ")[1].split()[0] for f in found) == ["3", "5"]
+    assert kept == sorted([*before, *frozen], key=lambda e: e.t)
 
 
 def _killed_mid_rebalance(
@@ -665,13 +694,13 @@ def test_the_journal_tail_sees_failed_first_attempts_only(tmp_path: object) -> N
 
     journal = Path(str(tmp_path)) / "journal"
     journal.write_bytes(
-        b"S 6b 3 7 0 2 100 1\nF 6b 3 7 0 2 200 1\nF 6b 4 7 0 3 300 2\nF 6b 5 7 0 4 4"
+        b"S 6b 3 7 0 2 100 1 9\nF 6b 3 7 0 2 200 1 9\nF 6b 4 7 0 3 300 2 9\nF 6b 5 7 0 4 4"
     )
     tail = JournalTail(journal)
     tail.poll()
     assert [(e.key, e.seq, e.t) for e in tail.first_failures] == [(KEY, 3, 200)]
     with open(journal, "ab") as f:
-        f.write(b"00 1\n")
+        f.write(b"00 1 9\n")
     tail.poll()
     assert [(e.seq, e.t) for e in tail.first_failures] == [(3, 200), (5, 400)]
 
@@ -728,7 +757,7 @@ def test_a_rewind_recreates_the_topic_while_the_failed_record_waits(
             steps.append("renew")
 
     journal = Path(str(tmp_path)) / "journal"
-    journal.write_bytes(b"F 6b 3 99 0 2 100 1\nF 6b 4 7 1 3 200 1\n")  # pid 99 is dead
+    journal.write_bytes(b"F 6b 3 99 0 2 100 1 9\nF 6b 4 7 1 3 200 1 9\n")  # pid 99 is dead
     members = SimpleNamespace(
         bootstrap="b", names_by_pid={7: "M1", 99: "M0"}, procs={"M1": object()}
     )

@@ -7,7 +7,9 @@ learned that its session had expired. The stall is simulated by the key deserial
 runs in exactly that window (after ``RecordExecutor.prepare``'s check, before the handler).
 Fixed in ``keyshared/runtime/execution.py``: liveness is checked again right before the handler
 is called (the window shrinks to the call itself; fencing tokens cover the rest). This test
-failed before the fix (it was an xfail(strict=True) until then).
+failed before the fix (it was an xfail(strict=True) until then). What is left of the window
+(a stop between that check and the call) the chaos judge reports as a call decided before the
+stop: the thread's first journal line after it (``tests/chaos/analysis.py``).
 """
 
 from __future__ import annotations

@@ -106,14 +106,15 @@ class Event:
     offset: int
     t: int  # CLOCK_MONOTONIC ns
     attempt: int
+    thread: int = 0  # the native id of the thread that journaled it
 
 
 def parse_event(line: str) -> Event | None:
     """One journal line as an event; None for a line torn by a kill."""
     parts = line.split()
-    if len(parts) != 8:
+    if len(parts) != 9:
         return None
-    kind, key, seq, pid, partition, offset, t, attempt = parts
+    kind, key, seq, pid, partition, offset, t, attempt, thread = parts
     return Event(
         kind,
         None if key == "-" else bytes.fromhex(key),
@@ -123,6 +124,7 @@ def parse_event(line: str) -> Event | None:
         int(offset),
         int(t),
         int(attempt),
+        int(thread),
     )
 
 

@@ -6,8 +6,11 @@ handler for ``--batch-size``, journaling each record of its batch and failing th
 ones through ``keyshared.BatchError``). Each record's value is its per-key
 sequence number (ASCII). For every call the handler appends two lines to ``$KS_JOURNAL``::
 
-    S <key hex> <seq> <pid> <partition> <offset> <monotonic ns> <attempt>
-    E <key hex> <seq> <pid> <partition> <offset> <monotonic ns> <attempt>
+    S <key hex> <seq> <pid> <partition> <offset> <monotonic ns> <attempt> <thread>
+    E <key hex> <seq> <pid> <partition> <offset> <monotonic ns> <attempt> <thread>
+
+``<thread>`` is the calling thread's native id: the chaos judge tells a call a worker decided
+before its process was stopped (its first line after the stop) from one decided after.
 
 A call that fails on purpose (the ``KS_FAIL_*`` knobs) ends with an ``F`` line instead of ``E``
 and raises :class:`InjectedFailure`: the record is not finished, it is retried or dead-lettered.
@@ -107,7 +110,7 @@ def _line(kind: str, record: Any, seq: int) -> None:
     os.write(
         _FD,
         f"{kind} {key} {seq} {_PID} {record.partition} {record.offset} "
-        f"{time.monotonic_ns()} {record.attempt}\n".encode(),
+        f"{time.monotonic_ns()} {record.attempt} {threading.get_native_id()}\n".encode(),
     )
 
 
