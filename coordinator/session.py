@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import queue
 import threading
 from collections.abc import Callable
@@ -39,6 +40,7 @@ __all__ = [
     "SessionWatcher",
     "connect",
     "group_acl",
+    "handshake_hosts",
     "reconnect_retry",
 ]
 
@@ -74,6 +76,30 @@ def reconnect_retry(session_timeout: float) -> KazooRetry:
     )
 
 
+HANDSHAKE_SHARE = 0.25
+"""The longest wait for a server's answer to one connection attempt, as a share of the
+session timeout (at most: with more servers than ``1 / HANDSHAKE_SHARE`` it is shorter)."""
+
+
+def handshake_hosts(hosts: str) -> str:
+    """``hosts`` with each server listed often enough that kazoo waits at most
+    :data:`HANDSHAKE_SHARE` of the session timeout for a server's answer to a connection.
+
+    kazoo waits ``session timeout / number of hosts`` for that answer: with one server, the
+    whole session. A server restarting under load may take a connection and never answer it;
+    the member then learns nothing until its session is over, and the server, back meanwhile,
+    expires it (a chaos run in CI: a 4 s handshake against a 4 s session). Listed four times,
+    the one server is tried again after a second of silence, within the session. The chroot
+    (after the first ``/``) is kept once, at the end.
+    """
+    servers, slash, chroot = hosts.partition("/")
+    listed = [server.strip() for server in servers.split(",") if server.strip()]
+    if not listed:
+        return hosts  # kazoo names the problem
+    copies = math.ceil(1 / HANDSHAKE_SHARE / len(listed))
+    return ",".join(listed * copies) + slash + chroot
+
+
 def group_acl(auth: tuple[str, str] | None) -> list[ACL] | None:
     """The ACL for a group's znodes: all rights for the digest user, read for everyone.
 
@@ -105,7 +131,7 @@ def connect(
     """
     acl = group_acl(auth)
     client = KazooClient(
-        hosts=hosts,
+        hosts=handshake_hosts(hosts),
         timeout=session_timeout,
         connection_retry=reconnect_retry(session_timeout),
         auth_data=[("digest", f"{auth[0]}:{auth[1]}")] if auth else None,

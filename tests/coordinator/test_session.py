@@ -141,3 +141,61 @@ def test_a_member_is_back_within_its_session_after_an_outage_longer_than_its_bac
             watcher.stop()
             client.stop()
             client.close()
+
+
+REFUSED_S = 1.0
+"""How long the server refuses connections before it takes one and never answers it: the
+member's attempts have backed off to about a second by then."""
+
+
+def test_a_member_is_back_within_its_session_when_a_reconnection_is_never_answered(
+    zookeeper_hosts: str,
+) -> None:
+    """A server restarting under load took a member's reconnection and never answered it (CI,
+    2026-11-29: the member's handshake hung 4 s, its whole session, and the server expired it
+    before its next attempt). kazoo waits ``session timeout / number of hosts`` for that
+    answer; the member lists its one server four times, so it gives up after a quarter
+    session and tries again while the session lives."""
+    with FaultyLink(zookeeper_hosts) as link:
+        client = connect(link.address, session_timeout=4.0)
+        events: queue.Queue[SessionEvent] = queue.Queue()
+        watcher = SessionWatcher(client, events.put)
+        try:
+            session = client.client_id[0]
+            client.exists("/")  # the server heard from the member just now
+            link.cut()  # the member's connection drops; the server is down
+            assert take(events, "SUSPENDED").state == SessionState.SUSPENDED
+            time.sleep(REFUSED_S)  # the outage itself, not a wait for an event
+            link.hang_new()  # starting: the member's next attempt is taken, never answered
+            assert link.hung.wait(WAIT_S), "the member did not try to reconnect"
+            link.heal()  # connections from now on go through; the hung one stays hung
+            back = take(events, "the session back")
+            assert (back.state, back.session_id) == (SessionState.RESUMED, session), (
+                f"a reconnection that was never answered cost the member its session: {back}"
+            )
+        finally:
+            watcher.stop()
+            client.stop()
+            client.close()
+
+
+@pytest.mark.parametrize(
+    ("hosts", "listed"),
+    [
+        ("127.0.0.1:2181", "127.0.0.1:2181,127.0.0.1:2181,127.0.0.1:2181,127.0.0.1:2181"),
+        ("a:1,b:2,c:3/ks", "a:1,b:2,c:3,a:1,b:2,c:3/ks"),
+        ("a:1, b:2", "a:1,b:2,a:1,b:2"),
+        ("a:1,b:2,c:3,d:4,e:5", "a:1,b:2,c:3,d:4,e:5"),
+    ],
+)
+def test_each_server_is_listed_so_a_handshake_waits_a_quarter_session_at_most(
+    hosts: str, listed: str
+) -> None:
+    from kazoo.hosts import collect_hosts
+
+    from coordinator.session import HANDSHAKE_SHARE, handshake_hosts
+
+    assert handshake_hosts(hosts) == listed
+    servers, chroot = collect_hosts(handshake_hosts(hosts))
+    assert 1 / len(servers) <= HANDSHAKE_SHARE
+    assert chroot == collect_hosts(hosts)[1]

@@ -12,6 +12,9 @@ cut a member off from ZooKeeper but not Kafka, or the reverse, without touching 
   each direction: a slow network that loses nothing. A delay line, not a sleep per chunk:
   chunks that arrive back to back leave back to back, so the delay adds latency but does not
   cut the throughput.
+- :meth:`~FaultyLink.hang_new` accepts new connections and neither answers nor closes them,
+  even after a heal: a server that took a connection while it was starting and never served
+  it (seen from ZooKeeper restarting under load). Open connections are left alone.
 - :meth:`~FaultyLink.heal` forwards again at once: new connections go through; connections
   held in a blackhole are dropped (their peers have lost bytes, so the stream cannot go on).
 
@@ -38,6 +41,7 @@ class LinkState(enum.Enum):
     OPEN = "open"
     CUT = "cut"
     BLACKHOLE = "blackhole"
+    HANG_NEW = "hang_new"
 
 
 class FaultyLink:
@@ -57,6 +61,8 @@ class FaultyLink:
         self.latency = 0.0  # seconds each chunk is held, per direction (:meth:`delay`)
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
+        self._hung: list[socket.socket] = []  # held by hang_new until the link closes
+        self.hung = threading.Event()  # a connection was taken into a hang
         self._closed = False
         threading.Thread(target=self._accept, name=f"link-{self.port}", daemon=True).start()
 
@@ -68,6 +74,10 @@ class FaultyLink:
     def blackhole(self) -> None:
         """Keep connections open but forward nothing (new ones are accepted into silence)."""
         self.state = LinkState.BLACKHOLE
+
+    def hang_new(self) -> None:
+        """Accept new connections and never answer or close them (a heal leaves them hung)."""
+        self.state = LinkState.HANG_NEW
 
     def delay(self, seconds: float) -> None:
         """Forward every chunk ``seconds`` after it arrived (each way), order kept."""
@@ -88,6 +98,10 @@ class FaultyLink:
         self._closed = True
         self._listener.close()
         self._drop_all()
+        with self._lock:
+            hung, self._hung = self._hung, []
+        for sock in hung:
+            sock.close()
 
     def __enter__(self) -> FaultyLink:
         return self
@@ -111,6 +125,11 @@ class FaultyLink:
                 return
             if self.state is LinkState.CUT:
                 client.close()
+                continue
+            if self.state is LinkState.HANG_NEW:
+                with self._lock:
+                    self._hung.append(client)
+                self.hung.set()
                 continue
             if self.state is LinkState.BLACKHOLE:
                 with self._lock:
