@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tests.chaos.fences import Fence
-from tests.chaos.plan import SERVER_FAULTS, ChaosPlan
+from tests.chaos.plan import SERVER_FAULTS, ChaosPlan, Fault
 from tests.chaos.result import ChaosResult
 from tests.kafka.support.journal import (
     Event,
@@ -99,7 +99,12 @@ def account_duplicates(
                 fault.at_risk += 1
                 at_risk.add((pid, call.rid))
     server_faults = [f for f in result.faults if f.kind in SERVER_FAULTS]
-    kills = {f.pid: f for f in result.faults if f.kind == "member_kill" and f.committed}
+    # A kill, or a stall that cost the member its session (frozen, then fenced: what it had
+    # not committed at the SIGSTOP is redone, as at a kill), each with the commits read then.
+    ends: dict[int, list[Fault]] = defaultdict(list)
+    for f in sorted(result.faults, key=lambda f: f.t_fault):
+        if f.committed and (f.kind == "member_kill" or (f.kind == "member_stall" and f.expired)):
+            ends[f.pid].append(f)
     redo_start: dict[RecordId, int] = {}
     for call in calls:  # in start order: the first call after a record's first finish
         done = first_finish.get(call.rid)
@@ -108,7 +113,7 @@ def account_duplicates(
     states = result.group_states
     for rid in result.duplicates:
         first = first_finish[rid]
-        kill = kills.get(first.pid)
+        kill = next((f for f in ends[first.pid] if f.t_fault >= first.end), None)
         uncommitted_at_kill = False
         if kill is not None and kill.committed is not None:
             # Exact: a new owner resumes from what the victim had committed when it died.
@@ -151,7 +156,8 @@ def account_duplicates(
             result.rebalance_duplicates += 1
             result.handover_bounded += states.longest_stable(first.end, redo) * 1e9 >= window
             continue
-        # The same, when the member died before the rebalance ended: a member waiting in the
+        # The same, when the member died (or was stalled past its session) before the
+        # rebalance ended: a member waiting in the
         # rebalance (its JoinGroup held by the coordinator until every member rejoined or timed
         # out) gets no commit through, so what it finished then is lost with it, however late
         # the new owner comes to redo it (a slow key's records wait for the key's earlier

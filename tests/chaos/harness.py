@@ -351,6 +351,8 @@ def _inject(
         # before this instant is frozen with the process.
         _await_stopped(proc.pid)
         fault.t_fault = time.monotonic_ns()
+        if watch is not None:  # frozen: what it had committed, as for a kill
+            fault.committed = watch.snapshot()
         time.sleep(plan.stall_seconds)  # the stall itself: longer than the session timeout
         os.kill(proc.pid, signal.SIGCONT)
         fault.t_recovered = time.monotonic_ns()

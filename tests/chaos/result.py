@@ -134,8 +134,9 @@ class ChaosResult:
             f"  redone because the group rebalanced from their finish to their hand-over (commits "
             f"refused): {self.rebalance_duplicates}, of them up to a partition lease's hand-over "
             f"(the redo came later) {self.handover_bounded}",
-            f"  redone because their member was killed before the group's rebalance ended "
-            f"(commits held back; uncommitted at the kill): {self.killed_in_rebalance_duplicates}",
+            f"  redone because their member was killed (or stalled past its session) before "
+            f"the group's rebalance ended (commits held back; uncommitted at the kill): "
+            f"{self.killed_in_rebalance_duplicates}",
             f"zombie calls (still running when their member's session or partition was gone; "
             f"the documented exception): {self.zombie_calls}, of them after a lost partition "
             f"{self.lost_partition_zombies}; duplicates after a lost partition or expired session "

@@ -227,7 +227,25 @@ def test_a_member_killed_before_the_rebalance_ended_excuses_its_uncommitted_reco
     assert result.killed_in_rebalance_duplicates == 1
     assert result.rebalance_duplicates == 0
     assert not result.unexplained_duplicates
-    assert "killed before the group's rebalance ended" in result.report()
+    assert "before the group's rebalance ended" in result.report()
+
+
+def test_a_member_stalled_past_its_session_before_the_rebalance_ended_is_judged_as_killed() -> None:
+    """CI, 2026-11-29 (partition leases): a replacement's join put the group in a rebalance
+    that lasted until the killed member's Kafka session ran out; the stalled member finished
+    records in it, none of its commits went through, and it was frozen (then fenced) before
+    the group was stable. The stable stretch before the redo came while it was frozen."""
+    stall = Fault("member_stall", 0.0, pid=1, t_fault=10 * S, t_recovered=19 * S, expired=True)
+    stall.committed = {0: (100, frozenset())}
+    first = Call(1, (KEY, 1), start=6 * S, end=int(6.1 * S), kind="E", partition=0, offset=101)
+    redo = Call(2, (KEY, 1), start=24 * S, end=int(24.2 * S), kind="E", partition=0, offset=101)
+    result = judge(first, redo, states(*REBALANCE_UNTIL_20S), [stall])
+    assert result.killed_in_rebalance_duplicates == 1
+    assert not result.unexplained_duplicates
+    committed = Fault("member_stall", 0.0, pid=1, t_fault=10 * S, t_recovered=19 * S, expired=True)
+    committed.committed = {0: (100, frozenset({101}))}  # committed before the stall: a finding
+    result = judge(first, redo, states(*REBALANCE_UNTIL_20S), [committed])
+    assert len(result.unexplained_duplicates) == 1
 
 
 def test_a_record_the_killed_member_had_committed_is_still_a_finding() -> None:
