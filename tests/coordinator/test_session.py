@@ -3,9 +3,11 @@ RENEWED delivered on the watcher's own thread."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
+from collections.abc import Iterator
 
 import kazoo.retry
 import pytest
@@ -115,6 +117,25 @@ OUTAGE_S = 2.5
 4 s session. The member's policy (at most 1.4 s between tries) tries at 3.03 s."""
 
 
+@contextlib.contextmanager
+def _member_behind(
+    link: FaultyLink,
+) -> Iterator[tuple[queue.Queue[SessionEvent], int]]:
+    """A 4 s session through ``link``, its session events and id; the server heard from it
+    just now."""
+    client = connect(link.address, session_timeout=4.0)
+    events: queue.Queue[SessionEvent] = queue.Queue()
+    watcher = SessionWatcher(client, events.put)
+    try:
+        session = client.client_id[0]
+        client.exists("/")
+        yield events, session
+    finally:
+        watcher.stop()
+        client.stop()
+        client.close()
+
+
 def test_a_member_is_back_within_its_session_after_an_outage_longer_than_its_backoff(
     zookeeper_hosts: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -122,25 +143,15 @@ def test_a_member_is_back_within_its_session_after_an_outage_longer_than_its_bac
     member its session: the member's reconnection attempts stay close enough together that it
     is back before the server expires it, whatever kazoo's jitter draws."""
     monkeypatch.setattr(kazoo.retry, "random", _WorstJitter())
-    with FaultyLink(zookeeper_hosts) as link:
-        client = connect(link.address, session_timeout=4.0)
-        events: queue.Queue[SessionEvent] = queue.Queue()
-        watcher = SessionWatcher(client, events.put)
-        try:
-            session = client.client_id[0]
-            client.exists("/")  # the server heard from the member just now
-            link.cut()  # connections refused from now: each attempt fails at once
-            assert take(events, "SUSPENDED").state == SessionState.SUSPENDED
-            time.sleep(OUTAGE_S)  # the outage itself, not a wait for an event
-            link.heal()
-            back = take(events, "the session back")
-            assert (back.state, back.session_id) == (SessionState.RESUMED, session), (
-                f"the member lost its session in a {OUTAGE_S} s outage: {back}"
-            )
-        finally:
-            watcher.stop()
-            client.stop()
-            client.close()
+    with FaultyLink(zookeeper_hosts) as link, _member_behind(link) as (events, session):
+        link.cut()  # connections refused from now: each attempt fails at once
+        assert take(events, "SUSPENDED").state == SessionState.SUSPENDED
+        time.sleep(OUTAGE_S)  # the outage itself, not a wait for an event
+        link.heal()
+        back = take(events, "the session back")
+        assert (back.state, back.session_id) == (SessionState.RESUMED, session), (
+            f"the member lost its session in a {OUTAGE_S} s outage: {back}"
+        )
 
 
 REFUSED_S = 1.0
@@ -156,27 +167,17 @@ def test_a_member_is_back_within_its_session_when_a_reconnection_is_never_answer
     before its next attempt). kazoo waits ``session timeout / number of hosts`` for that
     answer; the member lists its one server four times, so it gives up after a quarter
     session and tries again while the session lives."""
-    with FaultyLink(zookeeper_hosts) as link:
-        client = connect(link.address, session_timeout=4.0)
-        events: queue.Queue[SessionEvent] = queue.Queue()
-        watcher = SessionWatcher(client, events.put)
-        try:
-            session = client.client_id[0]
-            client.exists("/")  # the server heard from the member just now
-            link.cut()  # the member's connection drops; the server is down
-            assert take(events, "SUSPENDED").state == SessionState.SUSPENDED
-            time.sleep(REFUSED_S)  # the outage itself, not a wait for an event
-            link.hang_new()  # starting: the member's next attempt is taken, never answered
-            assert link.hung.wait(WAIT_S), "the member did not try to reconnect"
-            link.heal()  # connections from now on go through; the hung one stays hung
-            back = take(events, "the session back")
-            assert (back.state, back.session_id) == (SessionState.RESUMED, session), (
-                f"a reconnection that was never answered cost the member its session: {back}"
-            )
-        finally:
-            watcher.stop()
-            client.stop()
-            client.close()
+    with FaultyLink(zookeeper_hosts) as link, _member_behind(link) as (events, session):
+        link.cut()  # the member's connection drops; the server is down
+        assert take(events, "SUSPENDED").state == SessionState.SUSPENDED
+        time.sleep(REFUSED_S)  # the outage itself, not a wait for an event
+        link.hang_new()  # starting: the member's next attempt is taken, never answered
+        assert link.hung.wait(WAIT_S), "the member did not try to reconnect"
+        link.heal()  # connections from now on go through; the hung one stays hung
+        back = take(events, "the session back")
+        assert (back.state, back.session_id) == (SessionState.RESUMED, session), (
+            f"a reconnection that was never answered cost the member its session: {back}"
+        )
 
 
 @pytest.mark.parametrize(
