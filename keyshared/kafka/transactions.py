@@ -142,6 +142,7 @@ class TransactionalCommitter(Committer):
         self._on_fenced = on_fenced
         self.fenced = False  # another live producer took this transactional.id: never again
         self._fences = FenceWindow()
+        self._clock = time.monotonic  # the fences' clock (a test moves it)
         self._stuck: list[Any] = []  # producers given up inside a call that never returned
         metrics.producer_fenced(0)
         self.output_rules = OutputRules(
@@ -467,7 +468,8 @@ class TransactionalCommitter(Committer):
 
     def _ready(self) -> bool:
         """A usable producer and no redo half done; False (retried next time) otherwise.
-        Never after a fence: a new producer would fence the other holder back.
+        Never once fenced for good: a new producer would fence the other holder back; not
+        within ``FENCE_SETTLE`` of a first fence (:meth:`FenceWindow.settled`).
 
         A commit that cannot start for want of a producer or of a redo is a failed commit
         (``keyshared_commits_total{outcome="failed"}``): its outputs and offsets wait. A
@@ -481,6 +483,11 @@ class TransactionalCommitter(Committer):
                 if self._role is not None:
                     if not self._build_role_producer():
                         return False
+                elif not self._fences.settled(self._clock()):
+                    # The initialisation that fenced the last producer may not have had its
+                    # retry yet, which would fence a replacement built now a second time.
+                    self._metrics.commit(False)
+                    return False
                 else:
                     self._producer = self._new_producer()
             except KafkaException as exc:
@@ -663,7 +670,8 @@ class TransactionalCommitter(Committer):
     def _fenced_twice(self, exc: BaseException) -> bool:
         """The producer was fenced: True if this member stopped for it.
 
-        The first fence is taken like any unusable producer (a new one, a redo); a second one
+        The first fence is taken like any unusable producer (a new one, a redo: the new one
+        after :data:`~keyshared.core.fence_window.FENCE_SETTLE`); a second one
         within the window (:class:`~keyshared.core.fence_window.FenceWindow`) is another live
         holder of the ``transactional.id``, which a new producer would fence back. The member
         then stops committing and stops, and says why. With the active role, any fence gives
@@ -682,7 +690,7 @@ class TransactionalCommitter(Committer):
             self.deactivate()
             self._role.fenced()
             return True
-        if not self._fences.record(time.monotonic()):
+        if not self._fences.record(self._clock()):
             log.error(
                 "the transactional producer was fenced (%s): another process initialised "
                 "transactional.id %r, or the broker timed out this member's transaction. A new "

@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from keyshared.core import offsets
+from keyshared.core.fence_window import FENCE_SETTLE
 from keyshared.core.offsets import decode_finished, encode_whole, encode_within, linked_record
 from keyshared.core.window import InFlightWindow
 from keyshared.kafka import transactions
@@ -160,6 +161,9 @@ def desk(monkeypatch: pytest.MonkeyPatch) -> Any:
         on_fenced=lambda: stops.append("stop"),
     )
     committer.stops = stops  # type: ignore[attr-defined]
+    now = [1000.0]
+    committer._clock = lambda: now[0]
+    committer.now = now  # type: ignore[attr-defined]
     events = Events(state)
     committer.bind(events)  # type: ignore[arg-type]
     return committer, state, events, consumer
@@ -633,6 +637,7 @@ def test_a_producer_fenced_twice_stops_the_member_and_is_never_initialised_again
     committer.commit_async([state])
     assert not committer.fenced and committer.stops == []
     assert events.log == ["lost", "assigned"] and fences._value.get() == 1
+    committer.now[0] += FENCE_SETTLE
     assert committer._ready()  # the new producer, built before the next transaction
     second = FakeProducer.instances[-1]
     fresh = events.states[state.tp]
@@ -646,6 +651,32 @@ def test_a_producer_fenced_twice_stops_the_member_and_is_never_initialised_again
     assert events.log == ["lost", "assigned"]  # no second redo: nothing is committed here now
     assert committer.commit_sync([fresh])  # the shutdown's commit: done waiting, no re-init
     assert FakeProducer.instances[-1] is second and second.calls.count(("init",)) == 1
+
+
+def test_a_fenced_producer_is_replaced_only_once_the_fencing_initialisation_settled(
+    desk: Any,
+) -> None:
+    """CI, stop 50: a lone ``init_transactions`` of the member's id (the test's fencer) met
+    its open transaction. Kafka bumped the epoch to abort it (the first fence) and answered
+    ``CONCURRENT_TRANSACTIONS``; the member built its replacement at once, and the fencer's
+    retry, 500 ms later, bumped the epoch again: a second fence within the window, and the
+    member stopped for a holder that had already gone. The replacement now waits
+    ``FENCE_SETTLE`` (commits meanwhile fail and wait), so it fences the initialiser instead."""
+    committer, state, events, _ = desk
+    first = FakeProducer.instances[-1]
+    first.fail_commit = KafkaError(KafkaError._FENCED, fatal=True)
+    _finish(state, 0, 1)
+    committer.commit_async([state])
+    assert events.log == ["lost", "assigned"] and not committer.fenced
+    failed = _failed_commits(committer)
+    committer.now[0] += FENCE_SETTLE - 0.1
+    assert not committer._ready(), "a replacement built while the initialiser may still retry"
+    assert FakeProducer.instances[-1] is first and _failed_commits(committer) == failed + 1
+    committer.now[0] += 0.1
+    assert committer._ready()
+    replacement = FakeProducer.instances[-1]
+    assert replacement is not first and replacement.calls == [("init",)]
+    assert not committer.fenced and committer.stops == []
 
 
 def _fenced_behind_fatal(producer: FakeProducer) -> None:
@@ -672,6 +703,7 @@ def test_a_fence_seen_as_a_fatal_produce_is_still_a_fence(desk: Any) -> None:
     committer.commit_async([state])
     assert fences._value.get() == 1 and not committer.fenced
     assert events.log == ["lost", "assigned"]
+    committer.now[0] += FENCE_SETTLE
     assert committer._ready()
     _fenced_behind_fatal(FakeProducer.instances[-1])
     fresh = events.states[state.tp]
