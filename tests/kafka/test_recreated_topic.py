@@ -1,0 +1,117 @@
+"""A topic recreated under a partition whose fetch never goes back (docs/chaos.md, "The topic
+rewind").
+
+keyshared/kafka/rewinds.py starts a partition again when its fetch goes back below what its
+window took in. A partition paused by its full window fetches nothing while the topic is
+deleted and created again, so nothing goes back: when its window drains it resumes at its old
+position, which the new, longer log has too, and the old window's cursor is committed to the new
+topic. The new log's records below that position never ran (the chaos run of plain partition
+mode lost 1,291 records that way). The poll loop now watches its topics' ids, and a new id
+starts every assigned partition of that topic again from the new log's start.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+import keyshared
+from keyshared.dev.topics import create_topic, delete_topics
+from tests.helpers import wait_until
+from tests.kafka.support.inprocess import Recorder, StartConsumer, consumers_for
+from tests.kafka.support.journal import produce
+
+WAIT_S = 30.0
+_KEYS = 10
+_OLD_SEQS = range(1, 5)  # the old log: offsets 0-39
+_NEW_SEQS = range(100, 110)  # the new log: offsets 0-99, past the old log's end
+_BLOCKED_FROM = 20  # the old log's records from here on hold its window (and the partition paused)
+
+
+@pytest.fixture
+def start_plain(kafka_bootstrap: str, new_topic: object) -> Iterator[StartConsumer]:
+    """Consumers stopped after the test, before ``new_topic`` deletes their topics."""
+    yield from consumers_for(kafka_bootstrap)
+
+
+def _records(seqs: range) -> list[tuple[bytes | None, int]]:
+    return [(f"k{k}".encode(), seq) for seq in seqs for k in range(_KEYS)]
+
+
+def _recreate(bootstrap: str, topic: str) -> None:
+    """Delete ``topic`` and create it again under the same name (a new topic id)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    delete_topics(admin, [topic])
+    deadline = time.monotonic() + WAIT_S * 2
+    while True:
+        try:
+            create_topic(admin, topic, 1)
+            return
+        except KafkaException:
+            # The deletion is still under way (TOPIC_ALREADY_EXISTS / marked for deletion).
+            assert time.monotonic() < deadline, f"{topic} could not be created again"
+            time.sleep(0.2)
+
+
+def _committed(bootstrap: str, group: str, topic: str) -> int:
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        (found,) = reader.committed([TopicPartition(topic, 0)], timeout=10)
+        return int(found.offset)
+    finally:
+        reader.close()
+
+
+def test_a_paused_partition_of_a_recreated_topic_is_read_again_from_the_new_logs_start(
+    start_plain: StartConsumer, new_topic: object, new_group: object, kafka_bootstrap: str
+) -> None:
+    """Before: the partition resumed at its old position in the new log, the old window's
+    cursor was committed to the new topic, and the new log's records below it never ran."""
+    topic = new_topic(1)  # type: ignore[operator]
+    group = new_group("pm-recreated-paused")  # type: ignore[operator]
+    produce(kafka_bootstrap, topic, _records(_OLD_SEQS))
+    release = threading.Event()
+    blocked = threading.Event()
+
+    def work(record: keyshared.Record) -> None:
+        if int(record.value) in _OLD_SEQS and record.offset >= _BLOCKED_FROM:
+            blocked.set()
+            release.wait(WAIT_S * 2)
+
+    journal = Recorder(work, pid=1)
+    # A window of 5: the blocked records fill it, and the partition stays paused while the
+    # topic is deleted and created again.
+    start_plain(group, topic, journal, max_window=5, drain_timeout=WAIT_S)
+    wait_until(blocked.is_set, "the old log's record at offset 20 to run", WAIT_S)
+    wait_until(
+        lambda: _committed(kafka_bootstrap, group, topic) == _BLOCKED_FROM,
+        "the old log's cursor (20) to be committed",
+        WAIT_S,
+    )
+    time.sleep(1.0)  # the window is full: the partition is paused
+
+    _recreate(kafka_bootstrap, topic)
+    produce(kafka_bootstrap, topic, _records(_NEW_SEQS))
+    # A few seconds for the recreation to be seen while the old window still holds
+    # the partition (the topic ids are described every 5 s).
+    time.sleep(8.0)
+    release.set()
+
+    def new_log_done() -> set[tuple[bytes, int]]:
+        return {(e.key, e.seq) for e in journal.snapshot() if e.kind == "E" and e.seq in _NEW_SEQS}
+
+    wanted = {(key, seq) for key, seq in _records(_NEW_SEQS) if key is not None}
+    deadline = time.monotonic() + WAIT_S
+    while new_log_done() != wanted and time.monotonic() < deadline:
+        time.sleep(0.2)
+    missing = sorted(wanted - new_log_done(), key=lambda ks: (ks[1], ks[0]))
+    assert not missing, (
+        f"{len(missing)} of the new log's {len(wanted)} records never ran (first: "
+        f"{missing[:3]}); the group's offset on the new topic: "
+        f"{_committed(kafka_bootstrap, group, topic)}"
+    )
