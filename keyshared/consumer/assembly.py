@@ -32,6 +32,7 @@ from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.keystate import KeyStateStore
 from keyshared.kafka.poll_loop import PollLoop
 from keyshared.kafka.seams import Plug, PlugContext, PollInbox
+from keyshared.kafka.topic_ids import TopicIds
 from keyshared.kafka.transactions import transactional_store
 from keyshared.metrics import ConsumerMetrics, MetricsServer, start_metrics_server
 from keyshared.modes.plug import plug as plug_mode
@@ -172,6 +173,7 @@ def assemble(
         membership=plug.membership,
         cursor_store=plug.cursor_store,
         inbox=inbox,
+        topic_ids=_topic_ids(config, options, topics),
     )
     if txn is not None:
         txn.bind(loop)
@@ -186,6 +188,19 @@ def assemble(
         log.info("metrics at %s", server.url)
 
     return loop
+
+
+def _topic_ids(
+    config: dict[str, Any], options: ConsumerOptions, topics: list[str]
+) -> TopicIds | None:
+    """The watch of the topics' ids for the modes whose cursors are Kafka's committed offsets:
+    a topic recreated under them is read again from its start (keyshared/kafka/topic_ids.py).
+    ``key_shared``'s own watch does that (modes/topic_watch.py); a pattern's topics are not
+    watched (their names are not known here)."""
+    named = [t for t in topics if not t.startswith("^")]
+    if options.mode is Mode.KEY_SHARED or not named:
+        return None
+    return TopicIds(config, named)
 
 
 def _nudge(runner: Runner, executor: RecordExecutor) -> None:

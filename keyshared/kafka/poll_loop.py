@@ -30,6 +30,7 @@ from keyshared.kafka.positions import note_stale_positions, observe_positions
 from keyshared.kafka.rewinds import Rewinds
 from keyshared.kafka.sampling import LoopSampler
 from keyshared.kafka.seams import CursorStore, GroupMembership, PollInbox
+from keyshared.kafka.topic_ids import TopicIds, recreated
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.dispatcher import Dispatcher
 from keyshared.runtime.partition import PartitionPhase, PartitionState
@@ -62,6 +63,7 @@ class PollLoop:
         membership: GroupMembership | None = None,
         cursor_store: CursorStore | None = None,
         inbox: PollInbox | None = None,
+        topic_ids: TopicIds | None = None,
     ) -> None:
         self._consumer = consumer
         self._topics = topics
@@ -79,6 +81,7 @@ class PollLoop:
         self.states: dict[TP, PartitionState] = {}
         self._backpressure = Backpressure(consumer, metrics)
         self._rewinds = Rewinds(consumer, dispatcher)
+        self._topic_ids = topic_ids  # None: the membership watches its topics itself
         self._sampler = LoopSampler(consumer, dispatcher, metrics, options, worker_depths)
         # For the health probes (read from the endpoint's thread; each is replaced whole):
         # when the loop last went round, and each partition's oldest unfinished record as of
@@ -136,6 +139,8 @@ class PollLoop:
             if self.inbox:
                 self.inbox.run_pending()
             self._membership.tick()
+            if self._topic_ids is not None:
+                self._watch_topic_ids(self._topic_ids)
             if self._rewinds:
                 self._backpressure.forget(self._rewinds.retry(self.states))
             self._backpressure.apply(self.states, self._dispatcher)
@@ -173,6 +178,19 @@ class PollLoop:
             return  # already waiting to start again; went_back kept the lowest offset
         if not self._membership.rewound(state.tp):
             self._rewinds.start(state, first)
+
+    def _watch_topic_ids(self, topic_ids: TopicIds) -> None:
+        """A topic with a new id was recreated: every assigned partition of it starts again
+        from the new log's start (rewinds.py), before its old window's cursor is committed to
+        the new topic. Its fetch may never go back: a paused partition fetches nothing, and
+        librdkafka may go on fetching under the old id. Never waits (topic_ids.py)."""
+        before = topic_ids.changed()
+        if before is None:
+            return
+        topics = set(recreated(before, topic_ids.described))
+        for state in list(self.states.values()):
+            if state.topic in topics and not self._membership.rewound(state.tp):
+                self._rewinds.recreated(state)
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:

@@ -21,6 +21,14 @@ committed:
 - a mode that reads from cursors of its own re-reads them instead (``key_shared``:
   :meth:`keyshared.kafka.seams.GroupMembership.rewound`), since its claims describe the old log too.
 
+A fetch need not go back when the topic is recreated: a paused partition fetches nothing, and
+librdkafka may go on fetching a recreated topic under its old id (librdkafka issue #4898). Its
+window would then run on, commit the old log's cursor to the new topic, and resume at the old
+position in the new log, skipping the new log's first records (the chaos suite's topic rewind
+lost 1,291 that way). So the poll loop also watches its topics' ids
+(:mod:`keyshared.kafka.topic_ids`): a new id starts every assigned partition of the topic again
+the same way, from the new log's start (:meth:`Rewinds.recreated`).
+
 Poll thread only, like the rest of the poll loop.
 """
 
@@ -30,7 +38,7 @@ import contextlib
 import logging
 from collections.abc import Mapping
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from keyshared.core.runs import EMPTY_RUNS
 from keyshared.core.types import TP
@@ -81,6 +89,26 @@ class Rewinds:
             first,
             state.running,
         )
+        self._start(state, first)
+
+    def recreated(self, state: PartitionState) -> None:
+        """The topic of ``state`` has a new id (:mod:`keyshared.kafka.topic_ids`): start it
+        again as a fetch that went back to the new log's start, whether or not its fetch goes
+        back (a paused partition fetches nothing; librdkafka may go on fetching under the old
+        id). Already waiting to start again: from the new log's start, then."""
+        log.warning(
+            "%s: the topic was recreated (a new topic id): reading it again from the new log's "
+            "start once the %d record(s) still running there end; nothing of the old position "
+            "is committed",
+            state,
+            state.running,
+        )
+        if state.rewound_to is not None:
+            state.rewound_to = OFFSET_BEGINNING
+            return
+        self._start(state, OFFSET_BEGINNING)
+
+    def _start(self, state: PartitionState, first: int) -> None:
         state.rewound_to = first
         self._pending[state.tp] = state
         self._dispatcher.rewinding(state)  # old-log records in a retry backoff never run again
@@ -111,9 +139,13 @@ class Rewinds:
                 self._consumer.seek(TopicPartition(state.topic, state.partition, offset))
             except KafkaException as exc:
                 # Not fetching yet: its position is where the fetch went back to anyway.
-                log.debug("%s: seek to %d failed: %s", state, offset, exc)
+                log.debug("%s: seek to %s failed: %s", state, _offset(offset), exc)
             with contextlib.suppress(KafkaException, RuntimeError):
                 self._consumer.resume([TopicPartition(*tp)])
-            log.info("%s: reading again from %d", state, offset)
+            log.info("%s: reading again from %s", state, _offset(offset))
             started.append(tp)
         return started
+
+
+def _offset(offset: int) -> str:
+    return "the log's start" if offset == OFFSET_BEGINNING else str(offset)

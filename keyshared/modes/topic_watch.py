@@ -10,8 +10,8 @@ of range cursors must handle itself:
 - **partitions added** while the group runs: members read every partition by
   manual assignment, so nobody tells them. :meth:`TopicWatch.changed`, called from the poll
   loop's ``tick``, describes the topics every few seconds without blocking the poll thread
-  (the admin client's futures are only looked at once done), and a change makes the member
-  read again, the new partitions included.
+  (:mod:`keyshared.kafka.topic_ids`, which the other modes' poll loops use to see their topics
+  recreated), and a change makes the member read again, the new partitions included.
 """
 
 from __future__ import annotations
@@ -19,27 +19,23 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition
 from kazoo.client import KazooClient
 
 from coordinator.cursors import Cursor
 from coordinator.incarnations import Incarnation, StaleRead, TopicRecord, TopicRecords
 from coordinator.layout import GroupLayout
 from keyshared.core.types import TP
-from keyshared.errors import KeySharedError
-from keyshared.kafka.client_config import client_properties
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.kafka.seams import PlugContext
+from keyshared.kafka.topic_ids import Described, TopicIds
 
 __all__ = ["TopicWatch"]
 
 log = logging.getLogger(__name__)
 
-_CHECK_EVERY_S = 5.0  # how often the topics are described (partition count, topic id)
 _RESET_TO_END = ("latest", "end", "largest")
 _STALE_READ_S = 2.0  # a read of Kafka's offsets and the records slower than this is redone
 _READ_ATTEMPTS = 3
@@ -66,13 +62,9 @@ class TopicWatch:
         self._client = client
         self._layout = layout
         self._records = TopicRecords(client, layout)
-        self._admin = AdminClient({"log_level": 3, **client_properties(kafka_config)})
-        self._topics = list(topics)
+        self._ids = TopicIds(kafka_config, topics)
         self._timeout = timeout
-        self.described: dict[str, tuple[str, int]] = {}  # topic -> (topic id, partitions)
         self.records: dict[str, TopicRecord] = {}
-        self._pending: dict[str, Future[Any]] | None = None
-        self._next_check = 0.0
         # (topic, p) -> (session, topic id) when Kafka was last seen holding one of the group's
         # own offsets there: this member has been live on it since, in that session
         self._seen: dict[TP, tuple[int, str]] = {}
@@ -83,60 +75,28 @@ class TopicWatch:
         timeout = context.options.startup_timeout
         return TopicWatch(client, layout, context.kafka_config, list(context.topics), timeout)
 
-    # -- Kafka's view ---------------------------------------------------------------------------
+    # -- Kafka's view (keyshared.kafka.topic_ids: the poll loop's watch is the same) -----------
 
-    def describe(self) -> dict[str, tuple[str, int]]:
+    @property
+    def described(self) -> Described:
+        """topic -> (topic id, partitions), as of the last description."""
+        return self._ids.described
+
+    @described.setter
+    def described(self, described: Described) -> None:
+        self._ids.described = described
+
+    def describe(self) -> Described:
         """Describe the topics now (bounded); raises naming a topic that cannot be described."""
-        futures = self._admin.describe_topics(
-            TopicCollection(self._topics), request_timeout=self._timeout
-        )
-        self.described = {t: self._result(t, f, self._timeout) for t, f in futures.items()}
-        self._next_check = time.monotonic() + _CHECK_EVERY_S
-        return self.described
-
-    @staticmethod
-    def _result(topic: str, future: Future[Any], timeout: float) -> tuple[str, int]:
-        try:
-            described = future.result(timeout=timeout)
-        except (KafkaException, TimeoutError) as exc:
-            raise KeySharedError(f"describing topic {topic!r} failed: {exc}") from None
-        return str(described.topic_id), len(described.partitions)
+        return self._ids.describe(self._timeout)
 
     def partitions(self) -> list[TP]:
         return [(t, p) for t, (_, count) in sorted(self.described.items()) for p in range(count)]
 
     def changed(self) -> bool:
         """Whether a topic got partitions or a new id since the last look (poll thread; never
-        waits: a description is started here and looked at once the broker answered)."""
-        now = time.monotonic()
-        if self._pending is None:
-            if now >= self._next_check:
-                self._next_check = now + _CHECK_EVERY_S
-                self._pending = self._admin.describe_topics(
-                    TopicCollection(self._topics), request_timeout=_CHECK_EVERY_S
-                )
-            return False
-        if not all(future.done() for future in self._pending.values()):
-            if now >= self._next_check + _CHECK_EVERY_S:
-                log.warning("describing the topics got no answer in %ss", _CHECK_EVERY_S * 2)
-                self._pending = None  # and ask again
-            return False
-        pending, self._pending = self._pending, None
-        try:
-            now_described = {t: self._result(t, f, 0) for t, f in pending.items()}
-        except KeySharedError as exc:  # deleted right now, broker away: look again later
-            log.debug("describing the topics failed: %s", exc)
-            return False
-        if now_described == self.described:
-            return False
-        for topic, (topic_id, count) in sorted(now_described.items()):
-            old_id, old_count = self.described.get(topic, ("", 0))
-            if topic_id != old_id:
-                log.warning("topic %s has a new id (%s -> %s): recreated", topic, old_id, topic_id)
-            elif count != old_count:
-                log.info("topic %s: %d partition(s), was %d", topic, count, old_count)
-        self.described = now_described
-        return True
+        waits: :meth:`keyshared.kafka.topic_ids.TopicIds.changed`)."""
+        return self._ids.changed() is not None
 
     # -- reading: Kafka's offsets, then the records --------------------------------------------
 

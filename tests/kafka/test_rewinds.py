@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from confluent_kafka import OFFSET_BEGINNING
+
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import records
 from tests.kafka.support.loop_harness import LoopHarness
@@ -144,3 +146,59 @@ def test_a_record_withdrawn_from_its_backoff_is_read_again_when_the_log_still_ha
     h.fake.then(h.stop.set)
     h.run()
     assert h.fake.seeks == [(T0, 0)], "the partition started again above an unfinished record"
+
+
+class _TopicIds:
+    """The poll loop's watch of the topics' ids (keyshared/kafka/topic_ids.py), scripted."""
+
+    def __init__(self) -> None:
+        self.described: dict[str, tuple[str, int]] = {"t": ("old-id", 1)}
+        self._before: dict[str, tuple[str, int]] | None = None
+
+    def recreate(self) -> None:
+        self._before, self.described = self.described, {"t": ("new-id", 1)}
+
+    def changed(self) -> dict[str, tuple[str, int]] | None:
+        before, self._before = self._before, None
+        return before
+
+
+def test_a_new_topic_id_starts_the_partition_again_though_its_fetch_never_went_back() -> None:
+    """A paused partition fetches nothing while its topic is recreated (and librdkafka may go
+    on fetching under the old id): the watch of the topic ids starts it again from the new
+    log's start. Before, its window ran on, its cursor (5) was committed to the new topic,
+    and the fetch went on at the old position, skipping the new log's first records."""
+    ids = _TopicIds()
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01), topic_ids=ids)
+    timers: list[Callable[[], None]] = []
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(range(0, 7)))
+    h.fake.then_wait_for(lambda: len(h.submitted) == 7)
+
+    def fail_into_backoff() -> None:
+        state, entry = h.take(6)
+        h.dispatcher.retry_later(state, entry, 12.8, lambda _delay, fire: timers.append(fire))
+
+    h.fake.then(fail_into_backoff)
+    h.fake.then(lambda: _finish(h, range(5)))  # 5 still runs, 6 waits out its backoff
+    h.fake.then_wait_for(lambda: h.committed(0) == 5)
+    commits_before: list[int] = []
+    h.fake.then(lambda: commits_before.extend(_commits_of_t0(h)))
+    h.fake.then(ids.recreate)
+    h.fake.then_wait_for(lambda: T0 in h.fake.paused)
+    seen_while_waiting: list[object] = []
+    h.fake.then(lambda: seen_while_waiting.append(list(h.fake.seeks)))
+    h.fake.then(lambda: [fire() for fire in timers])  # the backoff ends: withdrawn
+    h.fake.then(lambda: h.finish(5))
+    h.fake.then_wait_for(lambda: bool(h.fake.seeks))
+    h.fake.then_deliver(keyed(range(0, 2)))  # the new log, from its start
+    h.fake.then_wait_for(lambda: len(h.submitted) == 2)
+    h.fake.then(lambda: _finish(h, range(2)))
+    h.fake.then_wait_for(lambda: h.committed(0) == 2)
+    h.fake.then(h.stop.set)
+    h.run()
+    assert seen_while_waiting == [[]], "started again while a record still ran"
+    assert h.fake.seeks == [(T0, OFFSET_BEGINNING)], "not read again from the new log's start"
+    after = _commits_of_t0(h)[len(commits_before) :]
+    assert [o for o in after if o > 2] == [], "the old log's cursor reached the new topic"
+    assert h.committed(0) == 2

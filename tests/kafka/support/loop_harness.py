@@ -32,6 +32,7 @@ class LoopHarness:
     stop: threading.Event = field(default_factory=threading.Event)
     submitted: list[Work] = field(default_factory=list)
     inbox: PollInbox | None = None
+    topic_ids: Any = None  # a TopicIds look-alike: the poll loop's watch of the topics' ids
 
     def __post_init__(self) -> None:
         self.metrics = ConsumerMetrics(f"g-{uuid.uuid4().hex[:8]}", "m")
@@ -46,6 +47,7 @@ class LoopHarness:
             self.stop,
             nudge_workers=lambda: self.nudge(),
             inbox=self.inbox,
+            topic_ids=self.topic_ids,
         )
         self.fake.on_commit = self.loop.committer.on_commit
 

@@ -1,0 +1,118 @@
+"""Kafka's ids and partition counts of a consumer's topics, described without blocking.
+
+A topic deleted and created again under the same name gets a new topic id, and nothing else
+tells a running consumer reliably: a partition's fetch goes back to the new log's start only
+if it fetches at all (a paused partition does not), and librdkafka may go on fetching a
+recreated topic under its old id (librdkafka issue #4898). So the members describe their
+topics every few seconds with an admin client:
+
+- the Kafka-committing modes (partition, partition leases, exclusive): the poll loop starts
+  every assigned partition of a topic with a new id again from the new log's start
+  (:mod:`keyshared.kafka.rewinds`), before its old window's cursor reaches the new topic;
+- ``key_shared``: :class:`keyshared.modes.topic_watch.TopicWatch` drops the cursors of the old
+  incarnation and reads partitions added meanwhile.
+
+:meth:`TopicIds.changed` is called from the poll thread and never waits: a description is
+started there and its futures are only looked at once the broker answered.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient
+
+from keyshared.errors import KeySharedError
+from keyshared.kafka.client_config import client_properties
+
+__all__ = ["Described", "TopicIds", "recreated"]
+
+log = logging.getLogger(__name__)
+
+CHECK_EVERY_S = 5.0  # how often the topics are described (partition count, topic id)
+
+Described = dict[str, tuple[str, int]]  # topic -> (topic id, partitions)
+
+
+class TopicIds:
+    """The last description of ``topics`` (their ids and partition counts).
+
+    :param kafka_config: the consumer's config (connection and security are reused).
+    :param topics: the topics described (names, not patterns).
+    """
+
+    def __init__(self, kafka_config: Mapping[str, Any], topics: list[str]) -> None:
+        self._admin = AdminClient({"log_level": 3, **client_properties(kafka_config)})
+        self._topics = list(topics)
+        self.described: Described = {}
+        self._pending: dict[str, Future[Any]] | None = None
+        self._next_check = 0.0
+
+    def describe(self, timeout: float) -> Described:
+        """Describe the topics now (bounded); raises naming a topic that cannot be described."""
+        futures = self._admin.describe_topics(
+            TopicCollection(self._topics), request_timeout=timeout
+        )
+        self.described = {t: _result(t, f, timeout) for t, f in futures.items()}
+        self._next_check = time.monotonic() + CHECK_EVERY_S
+        return self.described
+
+    def changed(self) -> Described | None:
+        """The description before, when a topic got partitions or a new id since the last
+        look; None when nothing changed or no answer is in yet (never waits).
+
+        A topic that cannot be described now (deleted and not yet back, its broker away)
+        keeps its last description: it is looked at again next time.
+        """
+        now = time.monotonic()
+        if self._pending is None:
+            if now >= self._next_check:
+                self._next_check = now + CHECK_EVERY_S
+                self._pending = self._admin.describe_topics(
+                    TopicCollection(self._topics), request_timeout=CHECK_EVERY_S
+                )
+            return None
+        if not all(future.done() for future in self._pending.values()):
+            if now >= self._next_check + CHECK_EVERY_S:
+                log.warning("describing the topics got no answer in %ss", CHECK_EVERY_S * 2)
+                self._pending = None  # and ask again
+            return None
+        pending, self._pending = self._pending, None
+        now_described = dict(self.described)
+        for topic, future in pending.items():
+            try:
+                now_described[topic] = _result(topic, future, 0)
+            except KeySharedError as exc:  # deleted right now, broker away: look again later
+                log.debug("%s", exc)
+        if now_described == self.described:
+            return None
+        for topic, (topic_id, count) in sorted(now_described.items()):
+            old_id, old_count = self.described.get(topic, ("", 0))
+            if old_id and topic_id != old_id:
+                log.warning("topic %s has a new id (%s -> %s): recreated", topic, old_id, topic_id)
+            elif old_id and count != old_count:
+                log.info("topic %s: %d partition(s), was %d", topic, count, old_count)
+        before, self.described = self.described, now_described
+        return before
+
+
+def recreated(before: Described, after: Described) -> list[str]:
+    """The topics whose id changed from ``before`` to ``after`` (a first look is no change)."""
+    return sorted(
+        topic
+        for topic, (topic_id, _) in after.items()
+        if topic in before and before[topic][0] != topic_id
+    )
+
+
+def _result(topic: str, future: Future[Any], timeout: float) -> tuple[str, int]:
+    try:
+        described = future.result(timeout=timeout)
+    except (KafkaException, TimeoutError) as exc:
+        raise KeySharedError(f"describing topic {topic!r} failed: {exc}") from None
+    return str(described.topic_id), len(described.partitions)
