@@ -29,6 +29,7 @@ from tests.coordinator.members import StartMember
 from tests.helpers import wait_until
 from tests.kafka.support.inprocess import Recorder, Running, StartConsumer, consumers_for
 from tests.kafka.support.journal import check, produce
+from tests.kafka.test_recreated_topic import check_a_paused_partition_of_a_recreated_topic
 
 
 @pytest.fixture
@@ -190,3 +191,18 @@ def test_a_topic_recreated_while_it_runs_is_read_again_from_its_start(
     _await_or_error(run, lambda: journal.finished() >= 1500, "the recreated topic's 500 records")
     report = check(journal.snapshot(), {f"k{k}".encode(): 30 for k in range(50)})
     assert not report.missing and not report.violations, report.summary()
+
+
+@pytest.mark.parametrize("mode", ["partition_leases", "exclusive"])
+def test_a_paused_partition_of_a_recreated_topic_is_read_again_from_the_new_logs_start(
+    mode: str, start: StartMember, new_topic: object, new_group: object, kafka_bootstrap: str
+) -> None:
+    """The coordinated modes whose cursors are Kafka's committed offsets: a partition paused
+    while its topic is recreated never sees its fetch go back (tests/kafka/
+    test_recreated_topic.py, plain partition mode, has the story)."""
+    topic = new_topic(1)  # type: ignore[operator]
+    group = new_group(f"{mode}-recreated-paused")  # type: ignore[operator]
+    coordinated = {"partition_leases": "partition"}.get(mode, mode)
+    check_a_paused_partition_of_a_recreated_topic(
+        start, kafka_bootstrap, topic, group, member="A", mode=coordinated
+    )

@@ -71,9 +71,18 @@ def test_a_paused_partition_of_a_recreated_topic_is_read_again_from_the_new_logs
     start_plain: StartConsumer, new_topic: object, new_group: object, kafka_bootstrap: str
 ) -> None:
     """Before: the partition resumed at its old position in the new log, the old window's
-    cursor was committed to the new topic, and the new log's records below it never ran."""
+    cursor was committed to the new topic, and the new log's records below it never ran
+    (40 of 100)."""
     topic = new_topic(1)  # type: ignore[operator]
     group = new_group("pm-recreated-paused")  # type: ignore[operator]
+    check_a_paused_partition_of_a_recreated_topic(start_plain, kafka_bootstrap, topic, group)
+
+
+def check_a_paused_partition_of_a_recreated_topic(
+    start: StartConsumer, kafka_bootstrap: str, topic: str, group: str, **options: object
+) -> None:
+    """The body of the test, for every mode whose cursors are Kafka's committed offsets:
+    ``start(group, topic, handler, **options)`` starts a member (a one-partition ``topic``)."""
     produce(kafka_bootstrap, topic, _records(_OLD_SEQS))
     release = threading.Event()
     blocked = threading.Event()
@@ -86,7 +95,7 @@ def test_a_paused_partition_of_a_recreated_topic_is_read_again_from_the_new_logs
     journal = Recorder(work, pid=1)
     # A window of 5: the blocked records fill it, and the partition stays paused while the
     # topic is deleted and created again.
-    start_plain(group, topic, journal, max_window=5, drain_timeout=WAIT_S)
+    start(group, topic, journal, max_window=5, drain_timeout=WAIT_S, **options)
     wait_until(blocked.is_set, "the old log's record at offset 20 to run", WAIT_S)
     wait_until(
         lambda: _committed(kafka_bootstrap, group, topic) == _BLOCKED_FROM,
