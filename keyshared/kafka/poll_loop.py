@@ -44,6 +44,13 @@ _BATCH = 1000
 _IDLE_POLL = 0.1
 _PAUSED_POLL = 0.005  # while a partition is paused: its resume is checked between polls
 _SAMPLE_INTERVAL = 1.0
+# A consumer error that says a topic went away (or came back under another id).
+_TOPIC_GONE = (
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.UNKNOWN_TOPIC_ID,
+    KafkaError.INCONSISTENT_TOPIC_ID,
+)
 
 
 class PollLoop:
@@ -197,6 +204,8 @@ class PollLoop:
             return
         if err.fatal():
             raise KafkaException(err)
+        if err.code() in _TOPIC_GONE and self._topic_ids is not None:
+            self._topic_ids.soon()  # deleted: look for it to come back under a new id
         log.warning("consumer error: %s", err)
 
     def _observe_positions(self) -> None:
@@ -218,6 +227,8 @@ class PollLoop:
         runs, and records delivered for them are given back.
         """
         self._metrics.rebalance("assigned")
+        if self._topic_ids is not None:
+            self._topic_ids.soon()  # a deletion rebalances: is it back under a new id?
         stopping = self._stop.is_set()
         if not partitions:
             return

@@ -52,6 +52,7 @@ class TopicIds:
         self.described: Described = {}
         self._pending: dict[str, Future[Any]] | None = None
         self._next_check = 0.0
+        self._again = False  # described again as soon as the pending answer is in
 
     def describe(self, timeout: float) -> Described:
         """Describe the topics now (bounded); raises naming a topic that cannot be described."""
@@ -62,6 +63,15 @@ class TopicIds:
         self._next_check = time.monotonic() + CHECK_EVERY_S
         return self.described
 
+    def soon(self) -> None:
+        """Describe the topics at the next look (after the one under way, if any), not in up
+        to 5 s: the group rebalanced, or the consumer met an unknown topic (a deletion makes
+        the group rebalance, and a partition assigned at an old log's offset is started again
+        only once the new id is seen).
+
+        Caller: the poll loop (poll thread). Affects: when :meth:`changed` asks next."""
+        self._again = True
+
     def changed(self) -> Described | None:
         """The description before, when a topic got partitions or a new id since the last
         look; None when nothing changed or no answer is in yet (never waits).
@@ -71,8 +81,8 @@ class TopicIds:
         """
         now = time.monotonic()
         if self._pending is None:
-            if now >= self._next_check:
-                self._next_check = now + CHECK_EVERY_S
+            if now >= self._next_check or self._again:
+                self._next_check, self._again = now + CHECK_EVERY_S, False
                 self._pending = self._admin.describe_topics(
                     TopicCollection(self._topics), request_timeout=CHECK_EVERY_S
                 )

@@ -9,9 +9,13 @@ running consumer, in partition and ``key_shared`` mode).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING
 
+from keyshared.kafka.topic_ids import TopicIds, recreated
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import records
 from tests.kafka.support.loop_harness import LoopHarness
@@ -162,6 +166,9 @@ class _TopicIds:
         before, self._before = self._before, None
         return before
 
+    def soon(self) -> None:
+        """Asked at assignment: the script decides when the new id is seen."""
+
 
 def test_a_new_topic_id_starts_the_partition_again_though_its_fetch_never_went_back() -> None:
     """A paused partition fetches nothing while its topic is recreated (and librdkafka may go
@@ -202,3 +209,36 @@ def test_a_new_topic_id_starts_the_partition_again_though_its_fetch_never_went_b
     after = _commits_of_t0(h)[len(commits_before) :]
     assert [o for o in after if o > 2] == [], "the old log's cursor reached the new topic"
     assert h.committed(0) == 2
+
+
+class _Admin:
+    """describe_topics answered at once with the id set here."""
+
+    def __init__(self) -> None:
+        self.topic_id = "old-id"
+        self.asked = 0
+
+    def describe_topics(self, _topics: object, request_timeout: float) -> dict[str, Future[Any]]:
+        self.asked += 1
+        future: Future[Any] = Future()
+        future.set_result(SimpleNamespace(topic_id=self.topic_id, partitions=[0]))
+        return {"t": future}
+
+
+def test_the_topic_ids_are_described_again_at_once_when_asked_to() -> None:
+    """A rebalance (the deletion makes one) or an unknown-topic error asks for the next
+    description now, not in up to 5 s: a partition assigned at the old log's offset starts
+    again only once the new id is seen."""
+    ids = TopicIds({"bootstrap.servers": "127.0.0.1:9"}, ["t"])
+    admin = _Admin()
+    ids._admin = admin  # type: ignore[assignment]
+    assert ids.changed() is None and admin.asked == 1  # asked
+    assert ids.changed() == {}  # the first answer: nothing to compare it with
+    assert ids.described == {"t": ("old-id", 1)}
+    admin.topic_id = "new-id"
+    assert ids.changed() is None and admin.asked == 1, "asked again before 5 s"
+    ids.soon()
+    assert ids.changed() is None and admin.asked == 2
+    before = ids.changed()
+    assert before == {"t": ("old-id", 1)}
+    assert recreated(before, ids.described) == ["t"]
