@@ -30,6 +30,14 @@ length - 1) and a bitset (bit ``i`` = offset ``base + 1 + i``), zlib-compressed 
 the flags byte says which. Kafka's
 ``offset.metadata.max.bytes`` defaults to 4096, so encoding targets 4000 by default.
 
+A commit may end in an *incarnation stamp*, ``"/" + topic id`` (:func:`stamp_incarnation`):
+the id of the topic whose log the cursor counts. A topic deleted and created again under its
+name keeps its name and gets a new id, and Kafka takes an offset committed for the old log on
+the new one; the stamp lets the next owner tell (:func:`incarnation_of`) and read the new log
+from its start rather than from an offset of a log that is gone. ``/`` is outside base85's
+alphabet, so the stamp never meets the payload; a reader that predates it finds no valid
+payload and redoes, which is safe.
+
 Example::
 
     >>> text = encode_finished(100, [102, 103, 104, 110])
@@ -62,8 +70,10 @@ __all__ = [
     "encode_monotone",
     "encode_whole",
     "encode_within",
+    "incarnation_of",
     "is_keyshared_metadata",
     "linked_record",
+    "stamp_incarnation",
 ]
 
 METADATA_PREFIX = "ks1:"
@@ -71,6 +81,9 @@ METADATA_PREFIX = "ks1:"
 
 DEFAULT_MAX_BYTES = 4000
 """Kafka's ``offset.metadata.max.bytes`` is 4096 by default; keep a little headroom below it."""
+
+INCARNATION_SEPARATOR = "/"
+"""Between the payload and a topic id (:func:`stamp_incarnation`); not a base85 character."""
 
 _VERSION = 1
 _VERSION_LINKED = 2
@@ -379,10 +392,35 @@ def is_keyshared_metadata(metadata: str | None) -> bool:
     return isinstance(metadata, str) and metadata.startswith(METADATA_PREFIX)
 
 
+def stamp_incarnation(metadata: str, topic_id: str) -> str:
+    """``metadata`` (keyshared's, or empty) marked as counting the log of the topic whose id is
+    ``topic_id``; unchanged without an id. The stamp takes ``1 + len(topic_id)`` characters
+    (23 for Kafka's ids) of the headroom below ``offset.metadata.max.bytes``.
+
+    Raises ValueError for another tool's metadata or an id that holds the separator."""
+    if not topic_id:
+        return metadata
+    if INCARNATION_SEPARATOR in topic_id or any(c.isspace() for c in topic_id):
+        raise ValueError(f"not a topic id: {topic_id!r}")
+    if metadata and not is_keyshared_metadata(metadata):
+        raise ValueError(f"not keyshared's commit metadata: {metadata[:40]!r}")
+    body = (metadata or METADATA_PREFIX).partition(INCARNATION_SEPARATOR)[0]
+    return f"{body}{INCARNATION_SEPARATOR}{topic_id}"
+
+
+def incarnation_of(metadata: str | None) -> str | None:
+    """The topic id ``metadata`` was stamped with; None for unstamped or foreign metadata
+    (its offset may belong to any incarnation: it is trusted, as before stamps)."""
+    if not is_keyshared_metadata(metadata):
+        return None
+    return str(metadata).partition(INCARNATION_SEPARATOR)[2] or None
+
+
 def _checked(metadata: str) -> bytes | None:
     """The payload of ``metadata`` without its CRC, or None when it is not one (damaged,
     foreign version)."""
-    payload = base64.b85decode(metadata[len(METADATA_PREFIX) :])
+    text = metadata[len(METADATA_PREFIX) :].partition(INCARNATION_SEPARATOR)[0]
+    payload = base64.b85decode(text)
     if len(payload) < 2 + 1 + _CRC_BYTES or payload[0] not in (_VERSION, _VERSION_LINKED):
         return None
     content, crc = payload[:-_CRC_BYTES], payload[-_CRC_BYTES:]

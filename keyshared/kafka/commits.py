@@ -23,7 +23,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from keyshared.core.offsets import Encoded, encode_within
+from keyshared.core.offsets import Encoded, encode_within, stamp_incarnation
 from keyshared.core.runs import OffsetRuns
 from keyshared.kafka.kafka_consumer import KafkaConsumer
 from keyshared.runtime.control import DispatchControl
@@ -117,6 +117,8 @@ class Committer:
                         self._left_out_means,
                     )
                 metadata = encoded.text
+            if taken is None:  # exactly-once commits are not stamped yet (docs/operations.md)
+                metadata = stamp_incarnation(metadata, state.topic_id)
             unchanged = skip_unchanged and state.commit_sent == (cursor, metadata)
             if unchanged and now - self._sent_at.get(state.tp, -math.inf) < refresh:
                 continue

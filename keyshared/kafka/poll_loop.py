@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from keyshared.core.health import StuckPartition
-from keyshared.core.offsets import decode_finished
+from keyshared.core.offsets import decode_finished, incarnation_of
 from keyshared.core.runs import EMPTY_RUNS
 from keyshared.core.types import TP
 from keyshared.kafka.backpressure import Backpressure
@@ -30,7 +30,7 @@ from keyshared.kafka.positions import note_stale_positions, observe_positions
 from keyshared.kafka.rewinds import Rewinds
 from keyshared.kafka.sampling import LoopSampler
 from keyshared.kafka.seams import CursorStore, GroupMembership, PollInbox
-from keyshared.kafka.topic_ids import TopicIds, recreated
+from keyshared.kafka.topic_ids import Described, TopicIds
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.dispatcher import Dispatcher
 from keyshared.runtime.partition import PartitionPhase, PartitionState
@@ -191,13 +191,20 @@ class PollLoop:
         from the new log's start (rewinds.py), before its old window's cursor is committed to
         the new topic. Its fetch may never go back: a paused partition fetches nothing, and
         librdkafka may go on fetching under the old id. Never waits (topic_ids.py)."""
-        before = topic_ids.changed()
-        if before is None:
-            return
-        topics = set(recreated(before, topic_ids.described))
+        if topic_ids.changed() is not None:
+            self._restart_other_incarnations(topic_ids.described)
+
+    def _restart_other_incarnations(self, described: Described) -> None:
+        """Start again, from the new log's start, every partition whose window counts another
+        incarnation of its topic than ``described`` names; a window that counted none known
+        (its topic could not be described at assignment) takes the id now."""
         for state in list(self.states.values()):
-            if state.topic in topics and not self._membership.rewound(state.tp):
+            topic_id = described.get(state.topic, ("", 0))[0]
+            if not topic_id or state.topic_id == topic_id:
+                continue
+            if state.topic_id and not self._membership.rewound(state.tp):
                 self._rewinds.recreated(state)
+            state.topic_id = topic_id  # nothing of the old window is committed (rewinds.py)
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
@@ -232,12 +239,25 @@ class PollLoop:
         stopping = self._stop.is_set()
         if not partitions:
             return
-        starts = self._cursors.starting_points(partitions, self._options.startup_timeout)
+        timeout = self._options.startup_timeout
+        starts = self._cursors.starting_points(partitions, timeout)
+        ids = self._topic_ids.at_assignment(timeout) if self._topic_ids is not None else {}
         states: dict[TP, PartitionState] = {}
+        other_incarnation: list[PartitionState] = []
         for key in partitions:
             offset, metadata = starts.get(key, (None, ""))
+            topic_id = ids.get(key[0], ("", 0))[0]
+            stamped = incarnation_of(metadata)
+            stale = bool(topic_id and stamped and stamped != topic_id)
+            if stale:
+                log.warning(
+                    "%s[%d]: the committed offset %s counts the log of a topic deleted since "
+                    "(id %s, now %s): reading the new log from its start",
+                    *key, offset, stamped, topic_id,
+                )  # fmt: skip
+                offset, metadata = None, ""
             done = decode_finished(offset, metadata) if offset is not None else EMPTY_RUNS
-            states[key] = PartitionState(
+            states[key] = state = PartitionState(
                 key[0],
                 key[1],
                 self._metrics.partition(*key),
@@ -245,7 +265,10 @@ class PollLoop:
                 committed_metadata=metadata,
                 already_done=done,
                 phase=PartitionPhase.DRAINING if stopping else PartitionPhase.ACTIVE,
+                topic_id=topic_id,
             )
+            if stale:
+                other_incarnation.append(state)
         if self._keystate is not None:
             # Blocked records are cleared only for keys this member runs: in key_shared mode
             # every member reads every partition, and the others' blocks are theirs.
@@ -261,9 +284,15 @@ class PollLoop:
         self.states.update(states)
         log.info(
             "assigned %s",
-            ", ".join(f"{t}[{p}]@{_at(starts.get((t, p), (None, ''))[0])}" for t, p in partitions),
+            ", ".join(f"{t}[{p}]@{_at(states[(t, p)].committed)}" for t, p in partitions),
         )
         note_stale_positions(self._consumer, {tp: self.states[tp] for tp in partitions})
+        # Librdkafka starts the fetch at the committed offset all the same: a stale one is
+        # left by a seek before any of it is admitted (rewinds.py).
+        for state in other_incarnation:
+            self._rewinds.recreated(state)
+        if ids:  # the partitions kept meet the topic's new id too
+            self._restart_other_incarnations(ids)
 
     def revoked(self, partitions: list[TP]) -> bool:
         """Partitions handed to another member: drain, commit, then let them go.

@@ -130,16 +130,20 @@ class Rewinds:
             # record if that is lower (a truncated log still has it; a recreated one starts
             # at 0 anyway): nothing the old window had not finished is skipped.
             offset = state.rewound_to if unfinished < 0 else min(state.rewound_to, unfinished)
-            state.rewound_to = None
             state.committed, state.committed_metadata, state.commit_sent = None, "", None
             state.already_done = EMPTY_RUNS
             state.high_watermark = state.stale_position = None
-            del self._pending[tp]
             try:
                 self._consumer.seek(TopicPartition(state.topic, state.partition, offset))
             except KafkaException as exc:
-                # Not fetching yet: its position is where the fetch went back to anyway.
-                log.debug("%s: seek to %s failed: %s", state, _offset(offset), exc)
+                # Not fetching yet (librdkafka refuses a seek until its fetch started): the
+                # position it starts from may be the old log's, so it waits, paused, and
+                # tries again at the next turn of the loop.
+                state.rewound_to = offset
+                log.debug("%s: seek to %s failed, trying again: %s", state, _offset(offset), exc)
+                continue
+            state.rewound_to = None
+            del self._pending[tp]
             with contextlib.suppress(KafkaException, RuntimeError):
                 self._consumer.resume([TopicPartition(*tp)])
             log.info("%s: reading again from %s", state, _offset(offset))

@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient
 from keyshared.errors import KeySharedError
 from keyshared.kafka.client_config import client_properties
 
-__all__ = ["Described", "TopicIds", "recreated"]
+__all__ = ["Described", "TopicIds"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,20 @@ class TopicIds:
         self.described = {t: _result(t, f, timeout) for t, f in futures.items()}
         self._next_check = time.monotonic() + CHECK_EVERY_S
         return self.described
+
+    def at_assignment(self, timeout: float) -> Described:
+        """The topics' ids now, for partitions being assigned (the broker's answer within
+        ``timeout``, else the last description). A description under way is dropped: it may
+        have been asked before a recreation this one sees, and would take its id back.
+
+        Caller: the poll loop's assignment (poll thread). Affects: the description."""
+        self._pending = None
+        try:
+            return dict(self.describe(timeout))
+        except (KeySharedError, KafkaException) as exc:
+            log.warning("%s; the partitions assigned now are checked against the last "
+                        "description", exc)  # fmt: skip
+            return dict(self.described)
 
     def soon(self) -> None:
         """Describe the topics at the next look (after the one under way, if any), not in up
@@ -109,15 +123,6 @@ class TopicIds:
                 log.info("topic %s: %d partition(s), was %d", topic, count, old_count)
         before, self.described = self.described, now_described
         return before
-
-
-def recreated(before: Described, after: Described) -> list[str]:
-    """The topics whose id changed from ``before`` to ``after`` (a first look is no change)."""
-    return sorted(
-        topic
-        for topic, (topic_id, _) in after.items()
-        if topic in before and before[topic][0] != topic_id
-    )
 
 
 def _result(topic: str, future: Future[Any], timeout: float) -> tuple[str, int]:

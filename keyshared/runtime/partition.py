@@ -123,6 +123,9 @@ class PartitionState:
     # Where the fetch went back to (a recreated topic, a truncated log): the window describes
     # the old log, so nothing of it is committed until the partition starts again (rewinds.py).
     rewound_to: int | None = None
+    # The id of the topic whose log the window counts ("": not known), stamped on its commits
+    # so that an owner of a recreated topic refuses the old log's cursor (core/offsets.py).
+    topic_id: str = ""
     # -- set once at assignment, read by workers
     fencing: Callable[[bytes | None, int], int | None] | None = None  # (key, offset) -> token
     # -- dispatcher lock

@@ -99,6 +99,7 @@ class FakeConsumer:
     paused: set[TP] = field(default_factory=set)
     watermark_queries: list[TP] = field(default_factory=list)  # uncached: sent to the broker
     seeks: list[tuple[TP, int]] = field(default_factory=list)
+    refuse_seeks: int = 0  # seeks refused (librdkafka: "Erroneous state") before one is taken
     on_commit: Callable[[Any, list[TopicPartition]], None] | None = None
     closed: bool = False
     idle: threading.Event = field(default_factory=threading.Event)
@@ -244,6 +245,9 @@ class FakeConsumer:
 
     def seek(self, partition: TopicPartition) -> None:
         tp = (partition.topic, partition.partition)
+        if self.refuse_seeks > 0:
+            self.refuse_seeks -= 1
+            raise KafkaException(KafkaError(KafkaError._STATE))
         self.seeks.append((tp, partition.offset))
         self.positions[tp] = partition.offset
 
