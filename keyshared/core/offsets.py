@@ -74,6 +74,7 @@ __all__ = [
     "is_keyshared_metadata",
     "linked_record",
     "stamp_incarnation",
+    "without_incarnation",
 ]
 
 METADATA_PREFIX = "ks1:"
@@ -414,6 +415,15 @@ def incarnation_of(metadata: str | None) -> str | None:
     if not is_keyshared_metadata(metadata):
         return None
     return str(metadata).partition(INCARNATION_SEPARATOR)[2] or None
+
+
+def without_incarnation(metadata: str) -> str:
+    """``metadata`` without its incarnation stamp; "" when the stamp was all of it (a cursor
+    with no finished offsets above it)."""
+    if not is_keyshared_metadata(metadata):
+        return metadata
+    body = metadata.partition(INCARNATION_SEPARATOR)[0]
+    return "" if body == METADATA_PREFIX and body != metadata else body
 
 
 def _checked(metadata: str) -> bytes | None:

@@ -30,7 +30,7 @@ from keyshared.kafka.positions import note_stale_positions, observe_positions
 from keyshared.kafka.rewinds import Rewinds
 from keyshared.kafka.sampling import LoopSampler
 from keyshared.kafka.seams import CursorStore, GroupMembership, PollInbox
-from keyshared.kafka.topic_ids import Described, TopicIds
+from keyshared.kafka.topic_ids import CHECK_EVERY_S, Described, TopicIds
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.dispatcher import Dispatcher
 from keyshared.runtime.partition import PartitionPhase, PartitionState
@@ -183,6 +183,8 @@ class PollLoop:
         the partition itself, or it starts again at ``first`` once its old records ended."""
         if state.rewound_to is not None:
             return  # already waiting to start again; went_back kept the lowest offset
+        if self._topic_ids is not None:
+            self._topic_ids.soon()  # recreated? its new id is what the new window counts
         if not self._membership.rewound(state.tp):
             self._rewinds.start(state, first)
 
@@ -241,7 +243,13 @@ class PollLoop:
             return
         timeout = self._options.startup_timeout
         starts = self._cursors.starting_points(partitions, timeout)
-        ids = self._topic_ids.at_assignment(timeout) if self._topic_ids is not None else {}
+        # Bounded well below the committed offsets' timeout: without an answer, a window
+        # takes the id its cursor was committed under, and the watch corrects it later.
+        ids = (
+            self._topic_ids.at_assignment(min(timeout, CHECK_EVERY_S))
+            if self._topic_ids is not None
+            else {}
+        )
         states: dict[TP, PartitionState] = {}
         other_incarnation: list[PartitionState] = []
         for key in partitions:
@@ -265,7 +273,9 @@ class PollLoop:
                 committed_metadata=metadata,
                 already_done=done,
                 phase=PartitionPhase.DRAINING if stopping else PartitionPhase.ACTIVE,
-                topic_id=topic_id,
+                # Not described now (the broker did not answer): the id it was committed
+                # under, so that the watch starts it again if the topic proves recreated.
+                topic_id=topic_id or stamped or "",
             )
             if stale:
                 other_incarnation.append(state)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
@@ -50,6 +51,9 @@ __all__ = ["Rewinds"]
 
 log = logging.getLogger(__name__)
 
+SEEK_REFUSED_WARN_S = 10.0
+"""How long a partition waits on a refused seek before it is logged as a warning."""
+
 
 class Rewinds:
     """The partitions whose fetch went back, until each starts again.
@@ -62,6 +66,8 @@ class Rewinds:
         self._consumer = consumer
         self._dispatcher = dispatcher
         self._pending: dict[TP, PartitionState] = {}
+        # When each partition's seek was first refused (None: the wait was logged).
+        self._refused_since: dict[TP, float | None] = {}
 
     def __bool__(self) -> bool:
         return bool(self._pending)
@@ -122,6 +128,7 @@ class Rewinds:
         for tp, state in list(self._pending.items()):
             if states.get(tp) is not state or state.rewound_to is None:
                 del self._pending[tp]  # revoked or lost meanwhile: nothing left to start
+                self._refused_since.pop(tp, None)
                 continue
             unfinished = self._dispatcher.restart(state)
             if unfinished is None:
@@ -140,15 +147,32 @@ class Rewinds:
                 # position it starts from may be the old log's, so it waits, paused, and
                 # tries again at the next turn of the loop.
                 state.rewound_to = offset
-                log.debug("%s: seek to %s failed, trying again: %s", state, _offset(offset), exc)
+                self._refused(state, offset, exc)
                 continue
             state.rewound_to = None
             del self._pending[tp]
+            self._refused_since.pop(tp, None)
             with contextlib.suppress(KafkaException, RuntimeError):
                 self._consumer.resume([TopicPartition(*tp)])
             log.info("%s: reading again from %s", state, _offset(offset))
             started.append(tp)
         return started
+
+    def _refused(self, state: PartitionState, offset: int, exc: KafkaException) -> None:
+        """A seek librdkafka refused: said once the partition has waited
+        :data:`SEEK_REFUSED_WARN_S` for it (e.g. ``auto.offset.reset=error`` never lets the
+        fetch start, or the topic is gone for good), since nothing else shows the wait."""
+        now = time.monotonic()
+        since = self._refused_since.setdefault(state.tp, now)
+        if since is not None and now - since >= SEEK_REFUSED_WARN_S:
+            self._refused_since[state.tp] = None  # once
+            log.warning(
+                "%s: waiting %.0fs to read the partition again from %s: librdkafka refuses "
+                "the seek (%s); nothing of it runs meanwhile",
+                state, now - since, _offset(offset), exc,
+            )  # fmt: skip
+        else:
+            log.debug("%s: seek to %s failed, trying again: %s", state, _offset(offset), exc)
 
 
 def _offset(offset: int) -> str:

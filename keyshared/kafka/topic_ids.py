@@ -30,17 +30,24 @@ from confluent_kafka.admin import AdminClient
 from keyshared.errors import KeySharedError
 from keyshared.kafka.client_config import client_properties
 
-__all__ = ["Described", "TopicIds"]
+__all__ = ["CHECK_EVERY_S", "Described", "TopicIds"]
 
 log = logging.getLogger(__name__)
 
 CHECK_EVERY_S = 5.0  # how often the topics are described (partition count, topic id)
+SOON_GAP_S = 1.0  # the least time between two descriptions asked for sooner (:meth:`soon`)
+_NO_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero Uuid: a broker that knows no topic ids
 
 Described = dict[str, tuple[str, int]]  # topic -> (topic id, partitions)
 
 
 class TopicIds:
     """The last description of ``topics`` (their ids and partition counts).
+
+    An id, once replaced by a newer one, is never taken back: brokers answer from their own
+    metadata, and one that has not caught up with a recreation may still name the old id after
+    another named the new one (each flip would start every partition of the topic again). A
+    broker that knows no topic ids answers the all-zero id, which is no id ("").
 
     :param kafka_config: the consumer's config (connection and security are reused).
     :param topics: the topics described (names, not patterns).
@@ -50,8 +57,10 @@ class TopicIds:
         self._admin = AdminClient({"log_level": 3, **client_properties(kafka_config)})
         self._topics = list(topics)
         self.described: Described = {}
+        self._retired: dict[str, set[str]] = {}  # ids replaced by a newer one, per topic
         self._pending: dict[str, Future[Any]] | None = None
         self._next_check = 0.0
+        self._asked_at = -SOON_GAP_S
         self._again = False  # described again as soon as the pending answer is in
 
     def describe(self, timeout: float) -> Described:
@@ -59,29 +68,42 @@ class TopicIds:
         futures = self._admin.describe_topics(
             TopicCollection(self._topics), request_timeout=timeout
         )
-        self.described = {t: _result(t, f, timeout) for t, f in futures.items()}
+        answers = {t: _result(t, f, timeout) for t, f in futures.items()}
+        self.described = self._merged(answers)
         self._next_check = time.monotonic() + CHECK_EVERY_S
         return self.described
 
     def at_assignment(self, timeout: float) -> Described:
-        """The topics' ids now, for partitions being assigned (the broker's answer within
-        ``timeout``, else the last description). A description under way is dropped: it may
-        have been asked before a recreation this one sees, and would take its id back.
+        """The topics' ids now, for partitions being assigned: each topic as the broker
+        describes it within ``timeout``, else as last described. A description under way is
+        dropped: it may have been asked before a recreation this one sees.
 
         Caller: the poll loop's assignment (poll thread). Affects: the description."""
         self._pending = None
+        answers: dict[str, tuple[str, int]] = {}
         try:
-            return dict(self.describe(timeout))
-        except (KeySharedError, KafkaException) as exc:
-            log.warning("%s; the partitions assigned now are checked against the last "
-                        "description", exc)  # fmt: skip
+            futures = self._admin.describe_topics(
+                TopicCollection(self._topics), request_timeout=timeout
+            )
+        except KafkaException as exc:
+            log.warning("describing the topics at assignment failed (%s): the partitions "
+                        "assigned now are checked against the last description", exc)  # fmt: skip
             return dict(self.described)
+        for topic, future in futures.items():
+            try:
+                answers[topic] = _result(topic, future, timeout)
+            except KeySharedError as exc:
+                log.warning("%s: its partitions assigned now are checked against its last "
+                            "description", exc)  # fmt: skip
+        self.described = self._merged(answers)
+        self._next_check = time.monotonic() + CHECK_EVERY_S
+        return dict(self.described)
 
     def soon(self) -> None:
-        """Describe the topics at the next look (after the one under way, if any), not in up
-        to 5 s: the group rebalanced, or the consumer met an unknown topic (a deletion makes
-        the group rebalance, and a partition assigned at an old log's offset is started again
-        only once the new id is seen).
+        """Describe the topics at the next look (after the one under way, if any, and at most
+        once a second), not in up to 5 s: the group rebalanced, a fetch went back, or the
+        consumer met an unknown topic (a deletion makes the group rebalance, and a partition
+        assigned at an old log's offset is started again only once the new id is seen).
 
         Caller: the poll loop (poll thread). Affects: when :meth:`changed` asks next."""
         self._again = True
@@ -95,8 +117,9 @@ class TopicIds:
         """
         now = time.monotonic()
         if self._pending is None:
-            if now >= self._next_check or self._again:
-                self._next_check, self._again = now + CHECK_EVERY_S, False
+            soon = self._again and now >= self._asked_at + SOON_GAP_S
+            if now >= self._next_check or soon:
+                self._next_check, self._asked_at, self._again = now + CHECK_EVERY_S, now, False
                 self._pending = self._admin.describe_topics(
                     TopicCollection(self._topics), request_timeout=CHECK_EVERY_S
                 )
@@ -107,27 +130,42 @@ class TopicIds:
                 self._pending = None  # and ask again
             return None
         pending, self._pending = self._pending, None
-        now_described = dict(self.described)
+        answers: dict[str, tuple[str, int]] = {}
         for topic, future in pending.items():
             try:
-                now_described[topic] = _result(topic, future, 0)
+                answers[topic] = _result(topic, future, 0)
             except KeySharedError as exc:  # deleted right now, broker away: look again later
                 log.debug("%s", exc)
+        now_described = self._merged(answers)
         if now_described == self.described:
             return None
-        for topic, (topic_id, count) in sorted(now_described.items()):
-            old_id, old_count = self.described.get(topic, ("", 0))
-            if old_id and topic_id != old_id:
-                log.warning("topic %s has a new id (%s -> %s): recreated", topic, old_id, topic_id)
-            elif old_id and count != old_count:
-                log.info("topic %s: %d partition(s), was %d", topic, count, old_count)
         before, self.described = self.described, now_described
         return before
 
+    def _merged(self, answers: Mapping[str, tuple[str, int]]) -> Described:
+        """The description with ``answers`` taken in: a topic not answered keeps its last
+        description, an id already replaced is not taken back, and a new id retires the old."""
+        merged = dict(self.described)
+        for topic, (topic_id, count) in sorted(answers.items()):
+            old_id, old_count = merged.get(topic, ("", 0))
+            retired = self._retired.setdefault(topic, set())
+            if topic_id in retired:
+                log.debug("topic %s: a broker still names its old id %s", topic, topic_id)
+                continue
+            if old_id and topic_id and topic_id != old_id:
+                log.warning("topic %s has a new id (%s -> %s): recreated", topic, old_id, topic_id)
+                retired.add(old_id)
+            elif old_id and count != old_count:
+                log.info("topic %s: %d partition(s), was %d", topic, count, old_count)
+            merged[topic] = (topic_id or old_id, count)
+        return merged
+
 
 def _result(topic: str, future: Future[Any], timeout: float) -> tuple[str, int]:
+    """A topic's id ("" when the broker knows none) and partition count."""
     try:
         described = future.result(timeout=timeout)
     except (KafkaException, TimeoutError) as exc:
         raise KeySharedError(f"describing topic {topic!r} failed: {exc}") from None
-    return str(described.topic_id), len(described.partitions)
+    topic_id = str(described.topic_id)
+    return ("" if topic_id == _NO_ID else topic_id), len(described.partitions)

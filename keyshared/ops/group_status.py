@@ -27,7 +27,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from keyshared.core.offsets import decode_finished, is_keyshared_metadata, linked_record
+from keyshared.core.offsets import (
+    decode_finished,
+    is_keyshared_metadata,
+    linked_record,
+    without_incarnation,
+)
 from keyshared.core.runs import EMPTY_RUNS, OffsetRuns
 
 __all__ = [
@@ -129,12 +134,13 @@ class StatusReport:
 def classify_metadata(cursor: int, metadata: str | None) -> tuple[MetadataKind, OffsetRuns]:
     """What a committed metadata string is, and the finished offsets above ``cursor`` it holds.
 
-    keyshared never commits a ``ks1:`` string that decodes to nothing (no finished offsets means
-    an empty string), so one that decodes to nothing against its own cursor is damaged, unless
-    it links an exactly-once side record (then it names only the runs nearest the cursor, maybe
-    none, and the side record holds the rest; this view reads the commit only).
+    keyshared never commits a ``ks1:`` string that decodes to nothing (no finished offsets
+    means an empty string, or an incarnation stamp alone: ``ks1:/<topic id>``), so one that
+    decodes to nothing against its own cursor is damaged, unless it links an exactly-once side
+    record (then it names only the runs nearest the cursor, maybe none, and the side record
+    holds the rest; this view reads the commit only).
     """
-    if not metadata:
+    if not metadata or not without_incarnation(metadata):  # nothing, or a stamp alone
         return "empty", EMPTY_RUNS
     if not is_keyshared_metadata(metadata):
         return "foreign", EMPTY_RUNS

@@ -18,6 +18,7 @@ from keyshared.core.offsets import (
     is_keyshared_metadata,
     linked_record,
     stamp_incarnation,
+    without_incarnation,
 )
 
 # Kafka's topic ids print as 22 characters of base64url.
@@ -82,3 +83,12 @@ def test_an_id_that_would_break_the_stamp_is_refused(bad: str) -> None:
 def test_another_tools_metadata_is_never_stamped() -> None:
     with pytest.raises(ValueError, match="not keyshared's commit metadata"):
         stamp_incarnation("their notes", "AAAAAAAAAAAAAAAAAAAAAA")
+
+
+@given(cursor=st.integers(min_value=0, max_value=10**6), offsets=finished_sets, topic_id=topic_ids)
+def test_without_the_stamp_the_metadata_is_what_was_stamped(
+    cursor: int, offsets: set[int], topic_id: str
+) -> None:
+    text = encode_finished(cursor, sorted(cursor + o for o in offsets))
+    assert without_incarnation(stamp_incarnation(text, topic_id)) == text
+    assert without_incarnation(text) == text

@@ -244,3 +244,52 @@ def test_the_topic_ids_are_described_again_at_once_when_asked_to() -> None:
     assert ids.changed() is None and admin.asked == 2
     assert ids.changed() == {"t": ("old-id", 1)}
     assert ids.described == {"t": ("new-id", 1)}
+
+
+def test_an_id_once_replaced_is_never_taken_back() -> None:
+    """Brokers answer from their own metadata: one that has not caught up with a recreation
+    may name the old id after another named the new one. Taking it back would start every
+    partition of the topic again (twice), and stamp the new log's commits with the old id."""
+    ids = TopicIds({"bootstrap.servers": "127.0.0.1:9"}, ["t"])
+    admin = _Admin()
+    ids._admin = admin  # type: ignore[assignment]
+    assert ids.at_assignment(1.0) == {"t": ("old-id", 1)}
+    admin.topic_id = "new-id"
+    ids.soon()
+    assert ids.changed() is None  # asked
+    assert ids.changed() == {"t": ("old-id", 1)} and ids.described == {"t": ("new-id", 1)}
+    admin.topic_id = "old-id"  # a lagging broker
+    assert ids.at_assignment(1.0) == {"t": ("new-id", 1)}
+
+
+def test_a_broker_without_topic_ids_names_no_id() -> None:
+    """The all-zero id is what a broker that knows no topic ids answers: no id, not a new
+    one (else an upgrade or a mixed cluster would read every partition again)."""
+    ids = TopicIds({"bootstrap.servers": "127.0.0.1:9"}, ["t"])
+    admin = _Admin()
+    ids._admin = admin  # type: ignore[assignment]
+    admin.topic_id = "AAAAAAAAAAAAAAAAAAAAAA"
+    assert ids.at_assignment(1.0) == {"t": ("", 1)}
+    admin.topic_id = "old-id"
+    assert ids.at_assignment(1.0) == {"t": ("old-id", 1)}
+    admin.topic_id = "AAAAAAAAAAAAAAAAAAAAAA"
+    assert ids.at_assignment(1.0) == {"t": ("old-id", 1)}
+
+
+class _FailingAdmin(_Admin):
+    """Answers topic ``t`` and fails ``u`` (deleted and not back, or its broker away)."""
+
+    def describe_topics(self, _topics: object, request_timeout: float) -> dict[str, Future[Any]]:
+        answered = super().describe_topics(_topics, request_timeout)
+        failed: Future[Any] = Future()
+        failed.set_exception(TimeoutError("no answer"))
+        return {**answered, "u": failed}
+
+
+def test_a_topic_that_cannot_be_described_keeps_its_last_description_alone() -> None:
+    ids = TopicIds({"bootstrap.servers": "127.0.0.1:9"}, ["t", "u"])
+    ids.described = {"t": ("old-id", 1), "u": ("u-id", 2)}
+    admin = _FailingAdmin()
+    admin.topic_id = "new-id"
+    ids._admin = admin  # type: ignore[assignment]
+    assert ids.at_assignment(1.0) == {"t": ("new-id", 1), "u": ("u-id", 2)}

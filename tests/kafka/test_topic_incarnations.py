@@ -125,3 +125,34 @@ def test_an_unstamped_commit_is_trusted_as_before() -> None:
     h.fake.then(h.stop.set)
     h.run()
     assert h.fake.seeks == []
+
+
+class _LateIds(_Ids):
+    """No answer at assignment (the topic not visible yet on the broker asked); the next
+    description names ``topic_id``."""
+
+    def __init__(self, topic_id: str) -> None:
+        super().__init__(topic_id)
+        self._later = dict(self.described)
+        self.described = {}
+
+    def changed(self) -> dict[str, tuple[str, int]] | None:
+        if self.described == self._later:
+            return None
+        before, self.described = self.described, dict(self._later)
+        return before
+
+
+def test_a_cursor_assigned_before_the_topic_could_be_described_counts_its_stamp() -> None:
+    """The topic cannot be described at assignment, so the window takes the id its cursor
+    was committed under (A); the next description names B, and the partition starts again
+    from the new log's start. Before, the window took B as its own without a restart, and
+    the new log's records below the old cursor were never read (the review's finding 1)."""
+    ids = _LateIds("id-B")
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01), topic_ids=ids)
+    h.fake.then_assign(T0, committed={T0: (351, stamp_incarnation("", "id-A"))})
+    _new_log_from_its_start(h)
+    h.run()
+    assert h.fake.seeks == [(T0, OFFSET_BEGINNING)], "the new log was not read from its start"
+    last = h.fake.last_commit_of(T0)
+    assert last is not None and incarnation_of(last[1]) == "id-B"
