@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient
 from keyshared.errors import KeySharedError
 from keyshared.kafka.client_config import client_properties
 
-__all__ = ["CHECK_EVERY_S", "Described", "TopicIds"]
+__all__ = ["CHECK_EVERY_S", "SOON_GAP_S", "Described", "TopicIds"]
 
 log = logging.getLogger(__name__)
 

@@ -67,6 +67,32 @@ def _committed(bootstrap: str, group: str, topic: str) -> int:
         reader.close()
 
 
+class _HeldOldLog:
+    """The old log, produced, and a handler that holds its records from offset 20 on until
+    :attr:`release` is set: with a window of 5 they fill it, and the partition stays paused
+    while the topic is deleted and created again."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        produce(bootstrap, topic, _records(_OLD_SEQS))
+        self.release = threading.Event()
+        self._blocked = threading.Event()
+        self._bootstrap, self._topic, self._group = bootstrap, topic, group
+
+    def work(self, record: keyshared.Record) -> None:
+        if int(record.value) in _OLD_SEQS and record.offset >= _BLOCKED_FROM:
+            self._blocked.set()
+            self.release.wait(WAIT_S * 2)
+
+    def wait_held(self) -> None:
+        """Until a held record runs and the cursor below it (20) is committed."""
+        wait_until(self._blocked.is_set, "the old log's record at offset 20 to run", WAIT_S)
+        wait_until(
+            lambda: _committed(self._bootstrap, self._group, self._topic) == _BLOCKED_FROM,
+            "the old log's cursor (20) to be committed",
+            WAIT_S,
+        )
+
+
 def test_a_paused_partition_of_a_recreated_topic_is_read_again_from_the_new_logs_start(
     start_plain: StartConsumer, new_topic: object, new_group: object, kafka_bootstrap: str
 ) -> None:
@@ -83,25 +109,10 @@ def check_a_paused_partition_of_a_recreated_topic(
 ) -> None:
     """The body of the test, for every mode whose cursors are Kafka's committed offsets:
     ``start(group, topic, handler, **options)`` starts a member (a one-partition ``topic``)."""
-    produce(kafka_bootstrap, topic, _records(_OLD_SEQS))
-    release = threading.Event()
-    blocked = threading.Event()
-
-    def work(record: keyshared.Record) -> None:
-        if int(record.value) in _OLD_SEQS and record.offset >= _BLOCKED_FROM:
-            blocked.set()
-            release.wait(WAIT_S * 2)
-
-    journal = Recorder(work, pid=1)
-    # A window of 5: the blocked records fill it, and the partition stays paused while the
-    # topic is deleted and created again.
+    held = _HeldOldLog(kafka_bootstrap, topic, group)
+    journal = Recorder(held.work, pid=1)
     start(group, topic, journal, max_window=5, drain_timeout=WAIT_S, **options)
-    wait_until(blocked.is_set, "the old log's record at offset 20 to run", WAIT_S)
-    wait_until(
-        lambda: _committed(kafka_bootstrap, group, topic) == _BLOCKED_FROM,
-        "the old log's cursor (20) to be committed",
-        WAIT_S,
-    )
+    held.wait_held()
     time.sleep(1.0)  # the window is full: the partition is paused
 
     _recreate(kafka_bootstrap, topic)
@@ -109,7 +120,7 @@ def check_a_paused_partition_of_a_recreated_topic(
     # A few seconds for the recreation to be seen while the old window still holds
     # the partition (the topic ids are described every 5 s).
     time.sleep(8.0)
-    release.set()
+    held.release.set()
 
     def new_log_done() -> set[tuple[bytes, int]]:
         return {(e.key, e.seq) for e in journal.snapshot() if e.kind == "E" and e.seq in _NEW_SEQS}
@@ -118,72 +129,6 @@ def check_a_paused_partition_of_a_recreated_topic(
     deadline = time.monotonic() + WAIT_S
     while new_log_done() != wanted and time.monotonic() < deadline:
         time.sleep(0.2)
-    missing = sorted(wanted - new_log_done(), key=lambda ks: (ks[1], ks[0]))
-    assert not missing, (
-        f"{len(missing)} of the new log's {len(wanted)} records never ran (first: "
-        f"{missing[:3]}); the group's offset on the new topic: "
-        f"{_committed(kafka_bootstrap, group, topic)}"
-    )
-
-
-def test_a_cursor_committed_for_the_deleted_topic_is_not_where_the_next_owner_starts(
-    start_plain: StartConsumer,
-    new_topic: object,
-    new_group: object,
-    kafka_bootstrap: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A member that has not yet seen the topic's new id commits its old window's cursor
-    (20) onto the recreated topic as it stops; the next owner must not start the new log
-    there. Its watch is frozen here (the seconds before a description names the new id).
-    Before the incarnation stamp the next owner started at 20: 20 of the new log's 100
-    records never ran."""
-    from keyshared.kafka.topic_ids import TopicIds
-
-    monkeypatch.setattr(TopicIds, "changed", lambda _self: None)
-    topic = new_topic(1)  # type: ignore[operator]
-    group = new_group("pm-recreated-handover")  # type: ignore[operator]
-    produce(kafka_bootstrap, topic, _records(_OLD_SEQS))
-    release = threading.Event()
-    blocked = threading.Event()
-
-    def work(record: keyshared.Record) -> None:
-        if int(record.value) in _OLD_SEQS and record.offset >= _BLOCKED_FROM:
-            blocked.set()
-            release.wait(WAIT_S * 2)
-
-    old_owner = Recorder(work, pid=1)
-    first = start_plain(group, topic, old_owner, max_window=5, drain_timeout=1.0)
-    wait_until(blocked.is_set, "the old log's record at offset 20 to run", WAIT_S)
-    wait_until(
-        lambda: _committed(kafka_bootstrap, group, topic) == _BLOCKED_FROM,
-        "the old log's cursor (20) to be committed",
-        WAIT_S,
-    )
-    _recreate(kafka_bootstrap, topic)  # the group's offset goes with the topic
-    produce(kafka_bootstrap, topic, _records(_NEW_SEQS))
-    stopping = threading.Thread(target=first.stop, name="stop-first")
-    stopping.start()
-    wait_until(
-        lambda: _committed(kafka_bootstrap, group, topic) == _BLOCKED_FROM,
-        "the stopping member to commit its old cursor onto the new topic",
-        WAIT_S,
-    )
-    release.set()  # its blocked calls end; they were given up at the drain timeout
-    stopping.join(WAIT_S)
-
-    journal = Recorder(lambda _record: None, pid=2)
-    start_plain(group, topic, journal)
-    wanted = {(key, seq) for key, seq in _records(_NEW_SEQS) if key is not None}
-
-    def new_log_done() -> set[tuple[bytes, int]]:
-        # The old owner may have read the new log too (the deletion rebalances the group).
-        events = [*old_owner.snapshot(), *journal.snapshot()]
-        return {(e.key, e.seq) for e in events if e.kind == "E" and e.seq in _NEW_SEQS}
-
-    deadline = time.monotonic() + WAIT_S
-    while new_log_done() != wanted and time.monotonic() < deadline:
-        time.sleep(0.2)  # polling the journal: it has no notification
     missing = sorted(wanted - new_log_done(), key=lambda ks: (ks[1], ks[0]))
     assert not missing, (
         f"{len(missing)} of the new log's {len(wanted)} records never ran (first: "
