@@ -30,13 +30,14 @@ length - 1) and a bitset (bit ``i`` = offset ``base + 1 + i``), zlib-compressed 
 the flags byte says which. Kafka's
 ``offset.metadata.max.bytes`` defaults to 4096, so encoding targets 4000 by default.
 
-A commit may end in an *incarnation stamp*, ``"/" + topic id`` (:func:`stamp_incarnation`):
+A commit may end in an *incarnation stamp*, ``"," + topic id`` (:func:`stamp_incarnation`):
 the id of the topic whose log the cursor counts. A topic deleted and created again under its
 name keeps its name and gets a new id, and Kafka takes an offset committed for the old log on
 the new one; the stamp lets the next owner tell (:func:`incarnation_of`) and read the new log
-from its start rather than from an offset of a log that is gone. ``/`` is outside base85's
-alphabet, so the stamp never meets the payload; a reader that predates it finds no valid
-payload and redoes, which is safe.
+from its start rather than from an offset of a log that is gone. ``,`` is outside base85's
+alphabet and outside base64's (confluent-kafka prints topic ids in standard base64, ``+`` and
+``/`` included), so the stamp never meets the payload or the id; a reader that predates it
+finds no valid payload and redoes, which is safe.
 
 Example::
 
@@ -83,8 +84,9 @@ METADATA_PREFIX = "ks1:"
 DEFAULT_MAX_BYTES = 4000
 """Kafka's ``offset.metadata.max.bytes`` is 4096 by default; keep a little headroom below it."""
 
-INCARNATION_SEPARATOR = "/"
-"""Between the payload and a topic id (:func:`stamp_incarnation`); not a base85 character."""
+INCARNATION_SEPARATOR = ","
+"""Between the payload and a topic id (:func:`stamp_incarnation`): neither a base85 nor a
+base64 character."""
 
 _VERSION = 1
 _VERSION_LINKED = 2

@@ -135,7 +135,7 @@ def classify_metadata(cursor: int, metadata: str | None) -> tuple[MetadataKind, 
     """What a committed metadata string is, and the finished offsets above ``cursor`` it holds.
 
     keyshared never commits a ``ks1:`` string that decodes to nothing (no finished offsets
-    means an empty string, or an incarnation stamp alone: ``ks1:/<topic id>``), so one that
+    means an empty string, or an incarnation stamp alone: ``ks1:,<topic id>``), so one that
     decodes to nothing against its own cursor is damaged, unless it links an exactly-once side
     record (then it names only the runs nearest the cursor, maybe none, and the side record
     holds the rest; this view reads the commit only).

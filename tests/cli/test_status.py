@@ -39,7 +39,7 @@ def test_pending_ranges_skip_finished_offsets_recorded_in_the_metadata() -> None
 
 def test_metadata_kinds_and_urls() -> None:
     assert classify_metadata(5, "")[0] == "empty"
-    assert classify_metadata(5, "ks1:/AAAAAAAAAAAAAAAAAAAAAB")[0] == "empty"  # a stamp alone
+    assert classify_metadata(5, "ks1:,AAAAAAAAAAAAAAAAAAAAAB")[0] == "empty"  # a stamp alone
     assert classify_metadata(5, "someone else's")[0] == "foreign"
     assert classify_metadata(5, "ks1:garbage")[0] == "undecodable"
     # A linked exactly-once commit may name none of its set itself: not damaged.

@@ -21,9 +21,10 @@ from keyshared.core.offsets import (
     without_incarnation,
 )
 
-# Kafka's topic ids print as 22 characters of base64url.
+# confluent-kafka prints topic ids as 22 characters of standard base64 (``+`` and ``/`` too;
+# a separator among them made the stamp refuse about a third of all ids).
 topic_ids = st.text(
-    alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+    alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
     min_size=22,
     max_size=22,
 )
@@ -58,7 +59,7 @@ def test_stamping_again_replaces_the_id(first: str, second: str) -> None:
 
 def test_a_cursor_without_finished_offsets_is_stamped_too() -> None:
     stamped = stamp_incarnation("", "AAAAAAAAAAAAAAAAAAAAAA")
-    assert stamped == f"{METADATA_PREFIX}/AAAAAAAAAAAAAAAAAAAAAA"
+    assert stamped == f"{METADATA_PREFIX},AAAAAAAAAAAAAAAAAAAAAA"
     assert incarnation_of(stamped) == "AAAAAAAAAAAAAAAAAAAAAA"
     assert not decode_finished(0, stamped)
     assert linked_record(stamped) is None
@@ -74,7 +75,7 @@ def test_without_an_id_nothing_is_stamped() -> None:
     assert stamp_incarnation(text, "") == text
 
 
-@pytest.mark.parametrize("bad", ["a/b", "with space"])
+@pytest.mark.parametrize("bad", ["a,b", "with space"])
 def test_an_id_that_would_break_the_stamp_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="not a topic id"):
         stamp_incarnation("", bad)
