@@ -135,3 +135,56 @@ def check_a_paused_partition_of_a_recreated_topic(
         f"{missing[:3]}); the group's offset on the new topic: "
         f"{_committed(kafka_bootstrap, group, topic)}"
     )
+
+
+def test_a_cursor_committed_for_the_deleted_topic_is_not_where_the_next_owner_starts(
+    start_plain: StartConsumer,
+    new_topic: object,
+    new_group: object,
+    kafka_bootstrap: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A member that has not yet seen the topic's new id commits its old window's cursor
+    (20) onto the recreated topic as it stops; the next owner must not start the new log
+    there. Its watch is frozen here (the seconds before a description names the new id).
+    Before the incarnation stamp the next owner started at 20: 20 of the new log's 100
+    records never ran."""
+    from keyshared.kafka.topic_ids import TopicIds
+
+    monkeypatch.setattr(TopicIds, "changed", lambda _self: None)
+    topic = new_topic(1)  # type: ignore[operator]
+    group = new_group("pm-recreated-handover")  # type: ignore[operator]
+    held = _HeldOldLog(kafka_bootstrap, topic, group)
+    old_owner = Recorder(held.work, pid=1)
+    first = start_plain(group, topic, old_owner, max_window=5, drain_timeout=1.0)
+    held.wait_held()
+    _recreate(kafka_bootstrap, topic)  # the group's offset goes with the topic
+    produce(kafka_bootstrap, topic, _records(_NEW_SEQS))
+    stopping = threading.Thread(target=first.stop, name="stop-first")
+    stopping.start()
+    wait_until(
+        lambda: _committed(kafka_bootstrap, group, topic) == _BLOCKED_FROM,
+        "the stopping member to commit its old cursor onto the new topic",
+        WAIT_S,
+    )
+    held.release.set()  # its blocked calls end; they were given up at the drain timeout
+    stopping.join(WAIT_S)
+
+    journal = Recorder(lambda _record: None, pid=2)
+    start_plain(group, topic, journal)
+    wanted = {(key, seq) for key, seq in _records(_NEW_SEQS) if key is not None}
+
+    def new_log_done() -> set[tuple[bytes, int]]:
+        # The old owner may have read the new log too (the deletion rebalances the group).
+        events = [*old_owner.snapshot(), *journal.snapshot()]
+        return {(e.key, e.seq) for e in events if e.kind == "E" and e.seq in _NEW_SEQS}
+
+    deadline = time.monotonic() + WAIT_S
+    while new_log_done() != wanted and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling the journals: they have no notification
+    missing = sorted(wanted - new_log_done(), key=lambda ks: (ks[1], ks[0]))
+    assert not missing, (
+        f"{len(missing)} of the new log's {len(wanted)} records never ran (first: "
+        f"{missing[:3]}); the group's offset on the new topic: "
+        f"{_committed(kafka_bootstrap, group, topic)}"
+    )
