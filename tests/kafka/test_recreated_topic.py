@@ -12,6 +12,7 @@ starts every assigned partition of that topic again from the new log's start.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -72,25 +73,52 @@ class _HeldOldLog:
     :attr:`release` is set: with a window of 5 they fill it, and the partition stays paused
     while the topic is deleted and created again."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, group: str, window: int) -> None:
         produce(bootstrap, topic, _records(_OLD_SEQS))
         self.release = threading.Event()
-        self._blocked = threading.Event()
+        self._held = 0
+        self._lock = threading.Lock()
+        self._window = window
         self._bootstrap, self._topic, self._group = bootstrap, topic, group
 
     def work(self, record: keyshared.Record) -> None:
         if int(record.value) in _OLD_SEQS and record.offset >= _BLOCKED_FROM:
-            self._blocked.set()
+            with self._lock:
+                self._held += 1
             self.release.wait(WAIT_S * 2)
 
     def wait_held(self) -> None:
-        """Until a held record runs and the cursor below it (20) is committed."""
-        wait_until(self._blocked.is_set, "the old log's record at offset 20 to run", WAIT_S)
+        """Until the window is full of held records (distinct keys: each runs, so the window
+        pauses the partition) and the cursor below them (20) is committed."""
+        wait_until(lambda: self._held >= self._window, "the old log's window to fill", WAIT_S)
         wait_until(
             lambda: _committed(self._bootstrap, self._group, self._topic) == _BLOCKED_FROM,
             "the old log's cursor (20) to be committed",
             WAIT_S,
         )
+
+
+class _RecreationSeen(logging.Handler):
+    """Set once a member logs that ``topic`` was recreated (:meth:`Rewinds.recreated`):
+    the event the test awaits instead of a guess at how long the member takes to see it."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(logging.WARNING)
+        self.event = threading.Event()
+        self._topic = topic
+        self._logger = logging.getLogger("keyshared.kafka.rewinds")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if self._topic in message and "the topic was recreated" in message:
+            self.event.set()
+
+    def __enter__(self) -> _RecreationSeen:
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
 
 
 def test_a_paused_partition_of_a_recreated_topic_is_read_again_from_the_new_logs_start(
@@ -109,17 +137,18 @@ def check_a_paused_partition_of_a_recreated_topic(
 ) -> None:
     """The body of the test, for every mode whose cursors are Kafka's committed offsets:
     ``start(group, topic, handler, **options)`` starts a member (a one-partition ``topic``)."""
-    held = _HeldOldLog(kafka_bootstrap, topic, group)
+    held = _HeldOldLog(kafka_bootstrap, topic, group, window=5)
     journal = Recorder(held.work, pid=1)
+    seen = _RecreationSeen(topic)
     start(group, topic, journal, max_window=5, drain_timeout=WAIT_S, **options)
     held.wait_held()
-    time.sleep(1.0)  # the window is full: the partition is paused
 
-    _recreate(kafka_bootstrap, topic)
-    produce(kafka_bootstrap, topic, _records(_NEW_SEQS))
-    # A few seconds for the recreation to be seen while the old window still holds
-    # the partition (the topic ids are described every 5 s).
-    time.sleep(8.0)
+    with seen:
+        _recreate(kafka_bootstrap, topic)
+        produce(kafka_bootstrap, topic, _records(_NEW_SEQS))
+        # The recreation seen while the old window still holds the partition (the topic
+        # ids are described every 5 s, and at once after an unknown-topic error).
+        wait_until(seen.event.is_set, "the member to see the topic recreated", WAIT_S)
     held.release.set()
 
     def new_log_done() -> set[tuple[bytes, int]]:
@@ -154,7 +183,7 @@ def test_a_cursor_committed_for_the_deleted_topic_is_not_where_the_next_owner_st
     monkeypatch.setattr(TopicIds, "changed", lambda _self: None)
     topic = new_topic(1)  # type: ignore[operator]
     group = new_group("pm-recreated-handover")  # type: ignore[operator]
-    held = _HeldOldLog(kafka_bootstrap, topic, group)
+    held = _HeldOldLog(kafka_bootstrap, topic, group, window=5)
     old_owner = Recorder(held.work, pid=1)
     first = start_plain(group, topic, old_owner, max_window=5, drain_timeout=1.0)
     held.wait_held()
