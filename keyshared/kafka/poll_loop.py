@@ -185,6 +185,9 @@ class PollLoop:
             return  # already waiting to start again; went_back kept the lowest offset
         if self._topic_ids is not None:
             self._topic_ids.soon()  # recreated? its new id is what the new window counts
+            # The new window counts whatever log the fetch went back in: the next description
+            # names it. Kept, the old id would make that description start it a second time.
+            state.topic_id = ""
         if not self._membership.rewound(state.tp):
             self._rewinds.start(state, first)
 
@@ -243,13 +246,16 @@ class PollLoop:
             return
         timeout = self._options.startup_timeout
         starts = self._cursors.starting_points(partitions, timeout)
-        # Bounded well below the committed offsets' timeout: without an answer, a window
-        # takes the id its cursor was committed under, and the watch corrects it later.
+        # Bounded well below the committed offsets' timeout. Only topics answered now (and
+        # confirmed) judge a cursor: without an answer, a window takes the id its cursor was
+        # committed under (a cursor is never called stale on an old description), and the
+        # watch corrects it later.
         ids = (
             self._topic_ids.at_assignment(min(timeout, CHECK_EVERY_S))
             if self._topic_ids is not None
             else {}
         )
+        last = self._topic_ids.described if self._topic_ids is not None else {}
         states: dict[TP, PartitionState] = {}
         other_incarnation: list[PartitionState] = []
         for key in partitions:
@@ -274,8 +280,9 @@ class PollLoop:
                 already_done=done,
                 phase=PartitionPhase.DRAINING if stopping else PartitionPhase.ACTIVE,
                 # Not described now (the broker did not answer): the id it was committed
-                # under, so that the watch starts it again if the topic proves recreated.
-                topic_id=topic_id or stamped or "",
+                # under, else the last one described, so that the watch starts it again if
+                # the topic proves recreated (a re-read, never a skip).
+                topic_id=topic_id or stamped or last.get(key[0], ("", 0))[0],
             )
             if stale:
                 other_incarnation.append(state)
@@ -301,7 +308,7 @@ class PollLoop:
         # left by a seek before any of it is admitted (rewinds.py).
         for state in other_incarnation:
             self._rewinds.recreated(state)
-        if ids:  # the partitions kept meet the topic's new id too
+        if ids:  # the partitions kept meet the topic's new id too (answered now only)
             self._restart_other_incarnations(ids)
 
     def revoked(self, partitions: list[TP]) -> bool:

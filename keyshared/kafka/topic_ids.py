@@ -44,9 +44,11 @@ Described = dict[str, tuple[str, int]]  # topic -> (topic id, partitions)
 class TopicIds:
     """The last description of ``topics`` (their ids and partition counts).
 
-    An id, once replaced by a newer one, is never taken back: brokers answer from their own
-    metadata, and one that has not caught up with a recreation may still name the old id after
-    another named the new one (each flip would start every partition of the topic again). A
+    A new id is believed once two answers in a row name it (the second asked a second or more
+    after the first, or at once at an assignment, which cannot wait): brokers answer from their
+    own metadata, and one that has not caught up with a recreation may name the old id after
+    another named the new one, or the other way round. Each believed change starts every
+    partition of the topic again, so a lone answer must not flip it, in either direction. A
     broker that knows no topic ids answers the all-zero id, which is no id ("").
 
     :param kafka_config: the consumer's config (connection and security are reused).
@@ -57,47 +59,83 @@ class TopicIds:
         self._admin = AdminClient({"log_level": 3, **client_properties(kafka_config)})
         self._topics = list(topics)
         self.described: Described = {}
-        self._retired: dict[str, set[str]] = {}  # ids replaced by a newer one, per topic
+        self._candidates: dict[str, str] = {}  # a new id answered once, per topic
         self._pending: dict[str, Future[Any]] | None = None
         self._next_check = 0.0
         self._asked_at = -SOON_GAP_S
         self._again = False  # described again as soon as the pending answer is in
 
     def describe(self, timeout: float) -> Described:
-        """Describe the topics now (bounded); raises naming a topic that cannot be described."""
-        futures = self._admin.describe_topics(
-            TopicCollection(self._topics), request_timeout=timeout
-        )
-        answers = {t: _result(t, f, timeout) for t, f in futures.items()}
-        self.described = self._merged(answers)
+        """Describe the topics now (bounded); raises naming a topic that cannot be described.
+        A new id is believed when a second description, asked at once, names it too."""
+        answers = {t: _result(t, f, timeout) for t, f in self._ask(timeout).items()}
+        unsure = self._unsure(answers)
+        if unsure:
+            again = {t: _result(t, f, timeout) for t, f in self._ask(timeout).items()}
+            answers = {t: a for t, a in answers.items() if t not in unsure or again[t] == a}
+        self.described = self._merged(answers, confirmed=True)
         self._next_check = time.monotonic() + CHECK_EVERY_S
         return self.described
 
     def at_assignment(self, timeout: float) -> Described:
-        """The topics' ids now, for partitions being assigned: each topic as the broker
-        describes it within ``timeout``, else as last described. A description under way is
-        dropped: it may have been asked before a recreation this one sees.
+        """The topics answered now, for partitions being assigned: each topic as two
+        descriptions in a row name it (one when it names the id last believed), each within
+        ``timeout``. A topic left out (no answer, or two that differ) is one whose id is not
+        known now: the caller trusts what its cursor was committed under, and the watch
+        settles it later. A description under way is dropped: it may have been asked before a
+        recreation this one sees.
 
         Caller: the poll loop's assignment (poll thread). Affects: the description."""
         self._pending = None
-        answers: dict[str, tuple[str, int]] = {}
+        answers = self._answers(timeout)
+        unsure = self._unsure(answers)
+        if unsure:
+            again = self._answers(timeout)
+            for topic in unsure:
+                if again.get(topic) != answers[topic]:
+                    log.warning(
+                        "topic %s: two descriptions in a row named ids %s and %s: its "
+                        "partitions assigned now keep the id their cursor names",
+                        topic,
+                        answers[topic][0],
+                        again.get(topic, ("none", 0))[0],
+                    )
+                    del answers[topic]
+                    self._again = True
+        self.described = self._merged(answers, confirmed=True)
+        self._next_check = time.monotonic() + CHECK_EVERY_S
+        return {topic: self.described[topic] for topic in answers}
+
+    def _ask(self, timeout: float) -> dict[str, Future[Any]]:
+        futures: dict[str, Future[Any]] = self._admin.describe_topics(
+            TopicCollection(self._topics), request_timeout=timeout
+        )
+        return futures
+
+    def _answers(self, timeout: float) -> dict[str, tuple[str, int]]:
+        """The topics answered within ``timeout``; those that failed are left out (logged)."""
         try:
-            futures = self._admin.describe_topics(
-                TopicCollection(self._topics), request_timeout=timeout
-            )
+            futures = self._ask(timeout)
         except KafkaException as exc:
             log.warning("describing the topics at assignment failed (%s): the partitions "
-                        "assigned now are checked against the last description", exc)  # fmt: skip
-            return dict(self.described)
+                        "assigned now keep the id their cursor names", exc)  # fmt: skip
+            return {}
+        answers: dict[str, tuple[str, int]] = {}
         for topic, future in futures.items():
             try:
                 answers[topic] = _result(topic, future, timeout)
             except KeySharedError as exc:
-                log.warning("%s: its partitions assigned now are checked against its last "
-                            "description", exc)  # fmt: skip
-        self.described = self._merged(answers)
-        self._next_check = time.monotonic() + CHECK_EVERY_S
-        return dict(self.described)
+                log.warning("%s: its partitions assigned now keep the id their cursor names",
+                            exc)  # fmt: skip
+        return answers
+
+    def _unsure(self, answers: Mapping[str, tuple[str, int]]) -> set[str]:
+        """The topics answered with an id other than the one last believed (or a first id)."""
+        return {
+            topic
+            for topic, (topic_id, _count) in answers.items()
+            if topic_id and topic_id != self.described.get(topic, ("", 0))[0]
+        }
 
     def soon(self) -> None:
         """Describe the topics at the next look (after the one under way, if any, and at most
@@ -136,27 +174,31 @@ class TopicIds:
                 answers[topic] = _result(topic, future, 0)
             except KeySharedError as exc:  # deleted right now, broker away: look again later
                 log.debug("%s", exc)
-        now_described = self._merged(answers)
+        now_described = self._merged(answers, confirmed=False)
         if now_described == self.described:
             return None
         before, self.described = self.described, now_described
         return before
 
-    def _merged(self, answers: Mapping[str, tuple[str, int]]) -> Described:
+    def _merged(self, answers: Mapping[str, tuple[str, int]], confirmed: bool) -> Described:
         """The description with ``answers`` taken in: a topic not answered keeps its last
-        description, an id already replaced is not taken back, and a new id retires the old."""
+        description, and a new id replaces the last one only once it is confirmed (answered
+        twice in a row: ``confirmed``, or the candidate of the last look). A new id answered
+        once is the topic's candidate, looked at again soon."""
         merged = dict(self.described)
         for topic, (topic_id, count) in sorted(answers.items()):
             old_id, old_count = merged.get(topic, ("", 0))
-            retired = self._retired.setdefault(topic, set())
-            if topic_id in retired:
-                log.debug("topic %s: a broker still names its old id %s", topic, topic_id)
-                continue
-            if old_id and topic_id and topic_id != old_id:
+            if topic_id and old_id and topic_id != old_id:
+                if not confirmed and self._candidates.get(topic) != topic_id:
+                    log.info("topic %s: a description names id %s, not %s: looking again",
+                             topic, topic_id, old_id)  # fmt: skip
+                    self._candidates[topic] = topic_id
+                    self._again = True
+                    continue
                 log.warning("topic %s has a new id (%s -> %s): recreated", topic, old_id, topic_id)
-                retired.add(old_id)
             elif old_id and count != old_count:
                 log.info("topic %s: %d partition(s), was %d", topic, count, old_count)
+            self._candidates.pop(topic, None)
             merged[topic] = (topic_id or old_id, count)
         return merged
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+from prometheus_client import REGISTRY
 
 import keyshared
 from keyshared.dev.topics import create_topic, delete_topics
@@ -73,29 +74,38 @@ class _HeldOldLog:
     :attr:`release` is set: with a window of 5 they fill it, and the partition stays paused
     while the topic is deleted and created again."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, window: int) -> None:
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
         produce(bootstrap, topic, _records(_OLD_SEQS))
         self.release = threading.Event()
-        self._held = 0
-        self._lock = threading.Lock()
-        self._window = window
+        self._blocked = threading.Event()
         self._bootstrap, self._topic, self._group = bootstrap, topic, group
 
     def work(self, record: keyshared.Record) -> None:
         if int(record.value) in _OLD_SEQS and record.offset >= _BLOCKED_FROM:
-            with self._lock:
-                self._held += 1
+            self._blocked.set()
             self.release.wait(WAIT_S * 2)
 
     def wait_held(self) -> None:
-        """Until the window is full of held records (distinct keys: each runs, so the window
-        pauses the partition) and the cursor below them (20) is committed."""
-        wait_until(lambda: self._held >= self._window, "the old log's window to fill", WAIT_S)
+        """Until a held record runs, the cursor below it (20) is committed, and the member
+        reports the partition paused (its window full: ``keyshared_partition_paused``)."""
+        wait_until(self._blocked.is_set, "the old log's record at offset 20 to run", WAIT_S)
         wait_until(
             lambda: _committed(self._bootstrap, self._group, self._topic) == _BLOCKED_FROM,
             "the old log's cursor (20) to be committed",
             WAIT_S,
         )
+        wait_until(self._paused, "the member to pause the partition", WAIT_S)
+
+    def _paused(self) -> bool:
+        for family in REGISTRY.collect():
+            if family.name == "keyshared_partition_paused":
+                return any(
+                    sample.labels.get("group") == self._group
+                    and sample.labels.get("topic") == self._topic
+                    and sample.value == 1.0
+                    for sample in family.samples
+                )
+        return False
 
 
 class _RecreationSeen(logging.Handler):
@@ -137,7 +147,7 @@ def check_a_paused_partition_of_a_recreated_topic(
 ) -> None:
     """The body of the test, for every mode whose cursors are Kafka's committed offsets:
     ``start(group, topic, handler, **options)`` starts a member (a one-partition ``topic``)."""
-    held = _HeldOldLog(kafka_bootstrap, topic, group, window=5)
+    held = _HeldOldLog(kafka_bootstrap, topic, group)
     journal = Recorder(held.work, pid=1)
     seen = _RecreationSeen(topic)
     start(group, topic, journal, max_window=5, drain_timeout=WAIT_S, **options)
@@ -183,7 +193,7 @@ def test_a_cursor_committed_for_the_deleted_topic_is_not_where_the_next_owner_st
     monkeypatch.setattr(TopicIds, "changed", lambda _self: None)
     topic = new_topic(1)  # type: ignore[operator]
     group = new_group("pm-recreated-handover")  # type: ignore[operator]
-    held = _HeldOldLog(kafka_bootstrap, topic, group, window=5)
+    held = _HeldOldLog(kafka_bootstrap, topic, group)
     old_owner = Recorder(held.work, pid=1)
     first = start_plain(group, topic, old_owner, max_window=5, drain_timeout=1.0)
     held.wait_held()

@@ -15,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING
 
+from keyshared.core.offsets import incarnation_of
 from keyshared.kafka.topic_ids import SOON_GAP_S, TopicIds
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import records
@@ -214,6 +215,36 @@ def test_a_new_topic_id_starts_the_partition_again_though_its_fetch_never_went_b
     assert h.committed(0) == 2
 
 
+def test_a_fetch_that_went_back_is_not_started_again_when_the_new_id_is_seen() -> None:
+    """The review's D3: the fetch went back to the recreated topic's start, and the partition
+    started again from there; the description that followed named the new id, and the watch
+    started it again from the log's start, running the new log's first records (done, and
+    committed) a second time. The window that starts again counts whatever log the fetch went
+    back in: the next description names it instead of starting it again."""
+    ids = _TopicIds()
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01), topic_ids=ids)
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(range(0, 5)))
+    h.fake.then(lambda: _finish(h, range(5)))
+    h.fake.then_wait_for(lambda: h.committed(0) == 5)
+    h.fake.then_deliver(keyed(range(0, 3)))  # the new log, from its start
+    h.fake.then_wait_for(lambda: bool(h.fake.seeks))
+    h.fake.then_deliver(keyed(range(0, 3)))  # fetched again after the seek
+    h.fake.then_wait_for(lambda: len(h.submitted) == 3)
+    h.fake.then(lambda: _finish(h, range(3)))
+    h.fake.then_wait_for(lambda: h.committed(0) == 3)
+    h.fake.then(ids.recreate)  # the description names the new id now
+    h.fake.then_deliver(keyed(range(3, 4)))
+    h.fake.then_wait_for(lambda: len(h.submitted) == 1)
+    h.fake.then(lambda: h.finish(3))
+    h.fake.then_wait_for(lambda: h.committed(0) == 4)
+    h.fake.then(h.stop.set)
+    h.run()
+    assert h.fake.seeks == [(T0, 0)], "started again a second time when the new id was seen"
+    last = h.fake.last_commit_of(T0)
+    assert last is not None and incarnation_of(last[1]) == "new-id"
+
+
 class _Admin:
     """describe_topics answered at once with the id set here."""
 
@@ -231,7 +262,7 @@ class _Admin:
 def test_the_topic_ids_are_described_again_at_once_when_asked_to() -> None:
     """A rebalance (the deletion makes one) or an unknown-topic error asks for the next
     description now, not in up to 5 s: a partition assigned at the old log's offset starts
-    again only once the new id is seen."""
+    again only once the new id is seen (on a second answer, a second later)."""
     ids = TopicIds({"bootstrap.servers": "127.0.0.1:9"}, ["t"])
     admin = _Admin()
     ids._admin = admin  # type: ignore[assignment]
@@ -244,24 +275,62 @@ def test_the_topic_ids_are_described_again_at_once_when_asked_to() -> None:
     assert ids.changed() is None and admin.asked == 1, "asked again within a second"
     ids._asked_at -= SOON_GAP_S  # a second later
     assert ids.changed() is None and admin.asked == 2
+    assert ids.changed() is None, "a lone answer believed"
+    ids._asked_at -= SOON_GAP_S  # looked at again a second later, unasked
+    assert ids.changed() is None and admin.asked == 3
     assert ids.changed() == {"t": ("old-id", 1)}
     assert ids.described == {"t": ("new-id", 1)}
 
 
-def test_an_id_once_replaced_is_never_taken_back() -> None:
-    """Brokers answer from their own metadata: one that has not caught up with a recreation
-    may name the old id after another named the new one. Taking it back would start every
-    partition of the topic again (twice), and stamp the new log's commits with the old id."""
+def test_a_lone_answer_naming_another_id_is_not_believed_in_either_direction() -> None:
+    """The review's D1: brokers answer from their own metadata, and one that has not caught
+    up with a recreation names the old id after another named the new one. Before, the old id
+    was taken for a new one and the right one retired for good: every partition of a live
+    topic read again from its start, and its commits stamped with the deleted topic's id."""
     ids = TopicIds({"bootstrap.servers": "127.0.0.1:9"}, ["t"])
     admin = _Admin()
     ids._admin = admin  # type: ignore[assignment]
-    assert ids.at_assignment(1.0) == {"t": ("old-id", 1)}
     admin.topic_id = "new-id"
+    assert ids.at_assignment(1.0) == {"t": ("new-id", 1)}  # first seen: asked twice
+    assert admin.asked == 2
+    admin.topic_id = "old-id"  # a lagging broker, once
     ids.soon()
+    ids._asked_at -= SOON_GAP_S
     assert ids.changed() is None  # asked
-    assert ids.changed() == {"t": ("old-id", 1)} and ids.described == {"t": ("new-id", 1)}
-    admin.topic_id = "old-id"  # a lagging broker
-    assert ids.at_assignment(1.0) == {"t": ("new-id", 1)}
+    assert ids.changed() is None and ids.described == {"t": ("new-id", 1)}
+    admin.topic_id = "new-id"
+    ids._asked_at -= SOON_GAP_S
+    assert ids.changed() is None  # asked again at once: the lone answer is looked at again
+    assert ids.changed() is None and ids.described == {"t": ("new-id", 1)}
+    admin.topic_id = "newest-id"  # a real recreation: two answers in a row
+    ids.soon()
+    for _ in range(2):
+        ids._asked_at -= SOON_GAP_S
+        assert ids.changed() is None  # asked
+        seen = ids.changed()
+    assert seen == {"t": ("new-id", 1)} and ids.described == {"t": ("newest-id", 1)}
+
+
+class _Flipping(_Admin):
+    """Each description names the next id of ``ids``: brokers that disagree."""
+
+    def __init__(self, *ids: str) -> None:
+        super().__init__()
+        self._ids = list(ids)
+
+    def describe_topics(self, _topics: object, request_timeout: float) -> dict[str, Future[Any]]:
+        self.topic_id = self._ids[min(self.asked, len(self._ids) - 1)]
+        return super().describe_topics(_topics, request_timeout)
+
+
+def test_an_assignment_believes_a_new_id_only_when_two_answers_name_it() -> None:
+    ids = TopicIds({"bootstrap.servers": "127.0.0.1:9"}, ["t"])
+    ids.described = {"t": ("new-id", 1)}
+    ids._admin = _Flipping("old-id", "new-id")  # type: ignore[assignment]
+    assert ids.at_assignment(1.0) == {}, "a lone answer judged the cursors assigned"
+    assert ids.described == {"t": ("new-id", 1)}
+    ids._admin = _Flipping("newest-id", "newest-id")  # type: ignore[assignment]
+    assert ids.at_assignment(1.0) == {"t": ("newest-id", 1)}
 
 
 def test_a_broker_without_topic_ids_names_no_id() -> None:
@@ -294,4 +363,5 @@ def test_a_topic_that_cannot_be_described_keeps_its_last_description_alone() -> 
     admin = _FailingAdmin()
     admin.topic_id = "new-id"
     ids._admin = admin  # type: ignore[assignment]
-    assert ids.at_assignment(1.0) == {"t": ("new-id", 1), "u": ("u-id", 2)}
+    assert ids.at_assignment(1.0) == {"t": ("new-id", 1)}, "u judged on an old description"
+    assert ids.described == {"t": ("new-id", 1), "u": ("u-id", 2)}

@@ -12,9 +12,13 @@ records. Broker-less, on the scripted consumer; the real-broker proof is
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from typing import Any
+
 from confluent_kafka import OFFSET_BEGINNING
 
 from keyshared.core.offsets import incarnation_of, stamp_incarnation
+from keyshared.kafka.topic_ids import TopicIds
 from keyshared.settings import ConsumerOptions
 from tests.kafka.support.fake_consumer import records
 from tests.kafka.support.loop_harness import LoopHarness
@@ -154,5 +158,35 @@ def test_a_cursor_assigned_before_the_topic_could_be_described_counts_its_stamp(
     _new_log_from_its_start(h)
     h.run()
     assert h.fake.seeks == [(T0, OFFSET_BEGINNING)], "the new log was not read from its start"
+    last = h.fake.last_commit_of(T0)
+    assert last is not None and incarnation_of(last[1]) == "id-B"
+
+
+class _Unanswered:
+    """describe_topics never answered (the broker asked lags, or is away)."""
+
+    def describe_topics(self, _topics: object, request_timeout: float) -> dict[str, Any]:
+        failed: Future[Any] = Future()
+        failed.set_exception(TimeoutError("no answer"))
+        return {"t": failed}
+
+
+def test_a_cursor_is_not_called_stale_on_the_last_description_alone() -> None:
+    """The review's D2: the topic was recreated (A -> B) and another member committed 5 on
+    the new log, stamped B. This member, whose last description still named A, could not
+    describe the topic at assignment. Before, it judged the cursor on that old description:
+    stale, and the new log was read again from its start (and again when the watch saw B)."""
+    ids = TopicIds({"bootstrap.servers": "127.0.0.1:9"}, ["t"])
+    ids.described = {"t": ("id-A", 1)}
+    ids._admin = _Unanswered()  # type: ignore[assignment]
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01), topic_ids=ids)
+    h.fake.then_assign(T0, committed={T0: (5, stamp_incarnation("", "id-B"))})
+    h.fake.then_deliver(keyed(range(5, 7)))
+    h.fake.then_wait_for(lambda: len(h.submitted) == 2)
+    h.fake.then(lambda: [h.finish(o) for o in range(5, 7)])
+    h.fake.then_wait_for(lambda: h.committed(0) == 7)
+    h.fake.then(h.stop.set)
+    h.run()
+    assert h.fake.seeks == [], "a cursor of the live topic was called stale"
     last = h.fake.last_commit_of(T0)
     assert last is not None and incarnation_of(last[1]) == "id-B"
