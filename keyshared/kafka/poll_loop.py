@@ -30,7 +30,7 @@ from keyshared.kafka.positions import note_stale_positions, observe_positions
 from keyshared.kafka.rewinds import Rewinds
 from keyshared.kafka.sampling import LoopSampler
 from keyshared.kafka.seams import CursorStore, GroupMembership, PollInbox
-from keyshared.kafka.topic_ids import CHECK_EVERY_S, Described, TopicIds
+from keyshared.kafka.topic_ids import CHECK_EVERY_S, TopicIds
 from keyshared.metrics import ConsumerMetrics
 from keyshared.runtime.dispatcher import Dispatcher
 from keyshared.runtime.partition import PartitionPhase, PartitionState
@@ -89,6 +89,7 @@ class PollLoop:
         self._backpressure = Backpressure(consumer, metrics)
         self._rewinds = Rewinds(consumer, dispatcher)
         self._topic_ids = topic_ids  # None: the membership watches its topics itself
+        self._looks_seen = 0  # the looks of topic_ids whose answers the windows were checked on
         self._sampler = LoopSampler(consumer, dispatcher, metrics, options, worker_depths)
         # For the health probes (read from the endpoint's thread; each is replaced whole):
         # when the loop last went round, and each partition's oldest unfinished record as of
@@ -195,17 +196,24 @@ class PollLoop:
         """A topic with a new id was recreated: every assigned partition of it starts again
         from the new log's start (rewinds.py), before its old window's cursor is committed to
         the new topic. Its fetch may never go back: a paused partition fetches nothing, and
-        librdkafka may go on fetching under the old id. Never waits (topic_ids.py)."""
-        if topic_ids.changed() is not None:
-            self._restart_other_incarnations(topic_ids.described)
+        librdkafka may go on fetching under the old id. Never waits (topic_ids.py).
 
-    def _restart_other_incarnations(self, described: Described) -> None:
+        Every window is checked after every look, not only when the belief changed: one
+        assigned on a cursor's id or a belief that proves wrong, or one whose id is unknown
+        (its fetch went back), is settled at the next look."""
+        topic_ids.changed()
+        if topic_ids.looks != self._looks_seen:
+            self._looks_seen = topic_ids.looks
+            self._restart_other_incarnations(topic_ids)
+
+    def _restart_other_incarnations(self, topic_ids: TopicIds) -> None:
         """Start again, from the new log's start, every partition whose window counts another
-        incarnation of its topic than ``described`` names; a window that counted none known
-        (its topic could not be described at assignment) takes the id now."""
+        incarnation of its topic than the one believed; a window that counts none known takes
+        the id believed. A topic whose answers disagree is left until the next look."""
+        described = topic_ids.described
         for state in list(self.states.values()):
             topic_id = described.get(state.topic, ("", 0))[0]
-            if not topic_id or state.topic_id == topic_id:
+            if not topic_id or state.topic_id == topic_id or topic_ids.pending(state.topic):
                 continue
             if state.topic_id and not self._membership.rewound(state.tp):
                 self._rewinds.recreated(state)
@@ -246,16 +254,14 @@ class PollLoop:
             return
         timeout = self._options.startup_timeout
         starts = self._cursors.starting_points(partitions, timeout)
-        # Bounded well below the committed offsets' timeout. Only topics answered now (and
-        # confirmed) judge a cursor: without an answer, a window takes the id its cursor was
-        # committed under (a cursor is never called stale on an old description), and the
-        # watch corrects it later.
+        # Bounded well below the committed offsets' timeout: without an answer, the cursors
+        # are judged by the id last believed (a new log read again rather than skipped), and
+        # the watch's next look settles every window.
         ids = (
             self._topic_ids.at_assignment(min(timeout, CHECK_EVERY_S))
             if self._topic_ids is not None
             else {}
         )
-        last = self._topic_ids.described if self._topic_ids is not None else {}
         states: dict[TP, PartitionState] = {}
         other_incarnation: list[PartitionState] = []
         for key in partitions:
@@ -279,10 +285,9 @@ class PollLoop:
                 committed_metadata=metadata,
                 already_done=done,
                 phase=PartitionPhase.DRAINING if stopping else PartitionPhase.ACTIVE,
-                # Not described now (the broker did not answer): the id it was committed
-                # under, else the last one described, so that the watch starts it again if
-                # the topic proves recreated (a re-read, never a skip).
-                topic_id=topic_id or stamped or last.get(key[0], ("", 0))[0],
+                # No id known for the topic yet: the one its cursor was committed under, so
+                # that the watch starts it again if the topic proves recreated.
+                topic_id=topic_id or stamped or "",
             )
             if stale:
                 other_incarnation.append(state)
@@ -308,8 +313,7 @@ class PollLoop:
         # left by a seek before any of it is admitted (rewinds.py).
         for state in other_incarnation:
             self._rewinds.recreated(state)
-        if ids:  # the partitions kept meet the topic's new id too (answered now only)
-            self._restart_other_incarnations(ids)
+        # The partitions kept meet a new id at the watch's next look, once it is believed.
 
     def revoked(self, partitions: list[TP]) -> bool:
         """Partitions handed to another member: drain, commit, then let them go.

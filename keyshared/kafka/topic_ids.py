@@ -44,12 +44,14 @@ Described = dict[str, tuple[str, int]]  # topic -> (topic id, partitions)
 class TopicIds:
     """The last description of ``topics`` (their ids and partition counts).
 
-    A new id is believed once two answers in a row name it (the second asked a second or more
-    after the first, or at once at an assignment, which cannot wait): brokers answer from their
-    own metadata, and one that has not caught up with a recreation may name the old id after
-    another named the new one, or the other way round. Each believed change starts every
-    partition of the topic again, so a lone answer must not flip it, in either direction. A
-    broker that knows no topic ids answers the all-zero id, which is no id ("").
+    A new id is believed once two answers in a row, a second or more apart, name it: brokers
+    answer from their own metadata, and one that has not caught up with a recreation may name
+    the old id after another named the new one, or the other way round. Each believed change
+    starts every partition of the topic again, so a lone answer must not flip it, in either
+    direction. An assignment, which cannot wait, judges its cursors on an answer of its own
+    (asked twice when it names another id than the one believed), but only the watch's next
+    look believes it. A broker that knows no topic ids answers the all-zero id, which is no
+    id ("").
 
     :param kafka_config: the consumer's config (connection and security are reused).
     :param topics: the topics described (names, not patterns).
@@ -64,6 +66,7 @@ class TopicIds:
         self._next_check = 0.0
         self._asked_at = -SOON_GAP_S
         self._again = False  # described again as soon as the pending answer is in
+        self.looks = 0  # answers taken in so far (the poll loop checks its windows after each)
 
     def describe(self, timeout: float) -> Described:
         """Describe the topics now (bounded); raises naming a topic that cannot be described.
@@ -75,17 +78,20 @@ class TopicIds:
             answers = {t: a for t, a in answers.items() if t not in unsure or again[t] == a}
         self.described = self._merged(answers, confirmed=True)
         self._next_check = time.monotonic() + CHECK_EVERY_S
+        self.looks += 1
         return self.described
 
     def at_assignment(self, timeout: float) -> Described:
-        """The topics answered now, for partitions being assigned: each topic as two
-        descriptions in a row name it (one when it names the id last believed), each within
-        ``timeout``. A topic left out (no answer, or two that differ) is one whose id is not
-        known now: the caller trusts what its cursor was committed under, and the watch
-        settles it later. A description under way is dropped: it may have been asked before a
-        recreation this one sees.
+        """The ids to judge the cursors of partitions being assigned by: each topic as the
+        broker answers now within ``timeout`` (asked twice when it names another id than the
+        one believed; two answers that differ count as none), else as last believed. Judging
+        on the last belief when there is no answer errs toward reading a new log again, never
+        toward skipping one. An answer naming another id is the first of the two the watch
+        needs to believe it. A description under way is dropped: it may have been asked
+        before a recreation this one sees.
 
-        Caller: the poll loop's assignment (poll thread). Affects: the description."""
+        Caller: the poll loop's assignment (poll thread). Affects: the description (a first
+        id, a candidate), when the watch looks next."""
         self._pending = None
         answers = self._answers(timeout)
         unsure = self._unsure(answers)
@@ -95,16 +101,30 @@ class TopicIds:
                 if again.get(topic) != answers[topic]:
                     log.warning(
                         "topic %s: two descriptions in a row named ids %s and %s: its "
-                        "partitions assigned now keep the id their cursor names",
+                        "partitions assigned now are judged by the id last believed",
                         topic,
                         answers[topic][0],
                         again.get(topic, ("none", 0))[0],
                     )
                     del answers[topic]
-                    self._again = True
-        self.described = self._merged(answers, confirmed=True)
+        if len(answers) < len(self._topics):
+            self._again = True
+        self._asked_at = time.monotonic()
+        self.described = self._merged(answers, confirmed=False)
         self._next_check = time.monotonic() + CHECK_EVERY_S
-        return {topic: self.described[topic] for topic in answers}
+        self.looks += 1
+        judged = dict(self.described)
+        for topic, (topic_id, count) in answers.items():
+            if topic_id:
+                judged[topic] = (topic_id, count)
+        return judged
+
+    def pending(self, topic: str) -> bool:
+        """Whether an answer named another id for ``topic`` than the one believed, and the
+        next look decides which holds (a window is then left alone until it has).
+
+        Caller: the poll loop, after a look (poll thread). Affects: nothing."""
+        return topic in self._candidates
 
     def _ask(self, timeout: float) -> dict[str, Future[Any]]:
         futures: dict[str, Future[Any]] = self._admin.describe_topics(
@@ -118,15 +138,15 @@ class TopicIds:
             futures = self._ask(timeout)
         except KafkaException as exc:
             log.warning("describing the topics at assignment failed (%s): the partitions "
-                        "assigned now keep the id their cursor names", exc)  # fmt: skip
+                        "assigned now are judged by the ids last believed", exc)  # fmt: skip
             return {}
         answers: dict[str, tuple[str, int]] = {}
         for topic, future in futures.items():
             try:
                 answers[topic] = _result(topic, future, timeout)
             except KeySharedError as exc:
-                log.warning("%s: its partitions assigned now keep the id their cursor names",
-                            exc)  # fmt: skip
+                log.warning("%s: its partitions assigned now are judged by the id last "
+                            "believed", exc)  # fmt: skip
         return answers
 
     def _unsure(self, answers: Mapping[str, tuple[str, int]]) -> set[str]:
@@ -175,6 +195,7 @@ class TopicIds:
             except KeySharedError as exc:  # deleted right now, broker away: look again later
                 log.debug("%s", exc)
         now_described = self._merged(answers, confirmed=False)
+        self.looks += 1
         if now_described == self.described:
             return None
         before, self.described = self.described, now_described

@@ -159,13 +159,23 @@ class _TopicIds:
     def __init__(self) -> None:
         self.described: dict[str, tuple[str, int]] = {"t": ("old-id", 1)}
         self._before: dict[str, tuple[str, int]] | None = None
+        self.looks = 0
 
     def recreate(self) -> None:
         self._before, self.described = self.described, {"t": ("new-id", 1)}
 
     def changed(self) -> dict[str, tuple[str, int]] | None:
         before, self._before = self._before, None
+        if before is not None:
+            self.looks += 1
         return before
+
+    def pending(self, _topic: str) -> bool:
+        return False
+
+    def look(self) -> None:
+        """An answer that names the id already believed."""
+        self.looks += 1
 
     def soon(self) -> None:
         """Asked at assignment: the script decides when the new id is seen."""
@@ -243,6 +253,40 @@ def test_a_fetch_that_went_back_is_not_started_again_when_the_new_id_is_seen() -
     assert h.fake.seeks == [(T0, 0)], "started again a second time when the new id was seen"
     last = h.fake.last_commit_of(T0)
     assert last is not None and incarnation_of(last[1]) == "new-id"
+
+
+def test_a_window_started_again_by_its_fetch_takes_the_next_answers_id() -> None:
+    """The review of the D3 fix: a fetch that went back without a recreation (a truncated
+    log) left the window with no id until the belief changed, which it never did: its commits
+    went unstamped, and a later recreation was adopted without starting it again (a paused
+    window's cursor would reach the new topic). It takes the id of the next answer."""
+    ids = _TopicIds()
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01), topic_ids=ids)
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(range(0, 5)))
+    h.fake.then(lambda: _finish(h, range(5)))
+    h.fake.then_wait_for(lambda: h.committed(0) == 5)
+    h.fake.then_deliver(keyed(range(0, 3)))  # truncated below the position: back to 0
+    h.fake.then_wait_for(lambda: bool(h.fake.seeks))
+    h.fake.then_deliver(keyed(range(0, 3)))
+    h.fake.then_wait_for(lambda: len(h.submitted) == 3)
+    h.fake.then(lambda: _finish(h, range(3)))
+    h.fake.then(ids.look)  # the same id, answered again
+    h.fake.then_wait_for(lambda: h.committed(0) == 3)
+    stamped: list[str | None] = []
+    h.fake.then_wait_for(lambda: _stamp(h) == "old-id")
+    h.fake.then(lambda: stamped.append(_stamp(h)))
+    h.fake.then(ids.recreate)  # recreated later
+    h.fake.then_wait_for(lambda: len(h.fake.seeks) == 2)
+    h.fake.then(h.stop.set)
+    h.run()
+    assert stamped == ["old-id"], "the window's commits were left unstamped"
+    assert h.fake.seeks == [(T0, 0), (T0, OFFSET_BEGINNING)], "the recreation was adopted"
+
+
+def _stamp(h: LoopHarness) -> str | None:
+    last = h.fake.last_commit_of(T0)
+    return incarnation_of(last[1]) if last is not None else None
 
 
 class _Admin:
@@ -323,14 +367,23 @@ class _Flipping(_Admin):
         return super().describe_topics(_topics, request_timeout)
 
 
-def test_an_assignment_believes_a_new_id_only_when_two_answers_name_it() -> None:
+def test_an_assignment_judges_by_an_answer_two_in_a_row_name_and_believes_none() -> None:
+    """An assignment cannot wait a second for a second answer: it asks twice at once, and
+    judges its cursors by the answer when both name it, else by the id believed. Only the
+    watch's next look, a second later, believes the new id (starting every partition of the
+    topic again): two answers at once may come from one lagging broker."""
     ids = TopicIds({"bootstrap.servers": "127.0.0.1:9"}, ["t"])
     ids.described = {"t": ("new-id", 1)}
     ids._admin = _Flipping("old-id", "new-id")  # type: ignore[assignment]
-    assert ids.at_assignment(1.0) == {}, "a lone answer judged the cursors assigned"
-    assert ids.described == {"t": ("new-id", 1)}
+    assert ids.at_assignment(1.0) == {"t": ("new-id", 1)}, "judged by a lone answer"
+    assert ids.described == {"t": ("new-id", 1)} and not ids.pending("t")
     ids._admin = _Flipping("newest-id", "newest-id")  # type: ignore[assignment]
     assert ids.at_assignment(1.0) == {"t": ("newest-id", 1)}
+    assert ids.described == {"t": ("new-id", 1)} and ids.pending("t"), "believed at once"
+    ids._admin = _Flipping("newest-id")  # type: ignore[assignment]
+    ids._asked_at -= SOON_GAP_S
+    assert ids.changed() is None  # asked
+    assert ids.changed() == {"t": ("new-id", 1)} and ids.described == {"t": ("newest-id", 1)}
 
 
 def test_a_broker_without_topic_ids_names_no_id() -> None:
@@ -363,5 +416,5 @@ def test_a_topic_that_cannot_be_described_keeps_its_last_description_alone() -> 
     admin = _FailingAdmin()
     admin.topic_id = "new-id"
     ids._admin = admin  # type: ignore[assignment]
-    assert ids.at_assignment(1.0) == {"t": ("new-id", 1)}, "u judged on an old description"
-    assert ids.described == {"t": ("new-id", 1), "u": ("u-id", 2)}
+    assert ids.at_assignment(1.0) == {"t": ("new-id", 1), "u": ("u-id", 2)}
+    assert ids.described == {"t": ("old-id", 1), "u": ("u-id", 2)} and ids.pending("t")
