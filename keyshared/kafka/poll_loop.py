@@ -209,13 +209,20 @@ class PollLoop:
     def _restart_other_incarnations(self, topic_ids: TopicIds) -> None:
         """Start again, from the new log's start, every partition whose window counts another
         incarnation of its topic than the one believed; a window that counts none known takes
-        the id believed. A topic whose answers disagree is left until the next look."""
+        the id believed if this look's answer named it. A topic whose answers disagree is left
+        until the next look."""
         described = topic_ids.described
         for state in list(self.states.values()):
             topic_id = described.get(state.topic, ("", 0))[0]
             if not topic_id or state.topic_id == topic_id or topic_ids.pending(state.topic):
                 continue
-            if state.topic_id and not self._membership.rewound(state.tp):
+            if not state.topic_id:
+                # Only an id this look was answered: a look without an answer for the topic
+                # (deleted just now) would name the belief from before a recreation.
+                if topic_ids.answered.get(state.topic) == topic_id:
+                    state.topic_id = topic_id
+                continue
+            if not self._membership.rewound(state.tp):
                 self._rewinds.recreated(state)
             state.topic_id = topic_id  # nothing of the old window is committed (rewinds.py)
 

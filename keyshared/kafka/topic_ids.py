@@ -67,6 +67,7 @@ class TopicIds:
         self._asked_at = -SOON_GAP_S
         self._again = False  # described again as soon as the pending answer is in
         self.looks = 0  # answers taken in so far (the poll loop checks its windows after each)
+        self.answered: dict[str, str] = {}  # the ids the last look's answers named, per topic
 
     def describe(self, timeout: float) -> Described:
         """Describe the topics now (bounded); raises naming a topic that cannot be described.
@@ -76,7 +77,7 @@ class TopicIds:
         if unsure:
             again = {t: _result(t, f, timeout) for t, f in self._ask(timeout).items()}
             answers = {t: a for t, a in answers.items() if t not in unsure or again[t] == a}
-        self.described = self._merged(answers, confirmed=True)
+        self.described = self._merged(answers, believe="now")
         self._next_check = time.monotonic() + CHECK_EVERY_S
         self.looks += 1
         return self.described
@@ -110,7 +111,7 @@ class TopicIds:
         if len(answers) < len(self._topics):
             self._again = True
         self._asked_at = time.monotonic()
-        self.described = self._merged(answers, confirmed=False)
+        self.described = self._merged(answers, believe="never")
         self._next_check = time.monotonic() + CHECK_EVERY_S
         self.looks += 1
         judged = dict(self.described)
@@ -194,23 +195,29 @@ class TopicIds:
                 answers[topic] = _result(topic, future, 0)
             except KeySharedError as exc:  # deleted right now, broker away: look again later
                 log.debug("%s", exc)
-        now_described = self._merged(answers, confirmed=False)
+        now_described = self._merged(answers, believe="second")
         self.looks += 1
         if now_described == self.described:
             return None
         before, self.described = self.described, now_described
         return before
 
-    def _merged(self, answers: Mapping[str, tuple[str, int]], confirmed: bool) -> Described:
+    def _merged(self, answers: Mapping[str, tuple[str, int]], believe: str) -> Described:
         """The description with ``answers`` taken in: a topic not answered keeps its last
-        description, and a new id replaces the last one only once it is confirmed (answered
-        twice in a row: ``confirmed``, or the candidate of the last look). A new id answered
-        once is the topic's candidate, looked at again soon."""
+        description, and a new id replaces the believed one only as ``believe`` allows:
+        ``"now"`` (two answers asked at once agreed: a start), ``"second"`` (a watch's look:
+        it confirms the candidate of an earlier answer) or ``"never"`` (an assignment's
+        answers, asked at once, possibly of one lagging broker: they only name a candidate).
+        A first id is believed at once. Records which ids these answers named."""
+        self.answered = {topic: topic_id for topic, (topic_id, _) in answers.items() if topic_id}
         merged = dict(self.described)
         for topic, (topic_id, count) in sorted(answers.items()):
             old_id, old_count = merged.get(topic, ("", 0))
             if topic_id and old_id and topic_id != old_id:
-                if not confirmed and self._candidates.get(topic) != topic_id:
+                confirms = believe == "now" or (
+                    believe == "second" and self._candidates.get(topic) == topic_id
+                )
+                if not confirms:
                     log.info("topic %s: a description names id %s, not %s: looking again",
                              topic, topic_id, old_id)  # fmt: skip
                     self._candidates[topic] = topic_id

@@ -160,9 +160,11 @@ class _TopicIds:
         self.described: dict[str, tuple[str, int]] = {"t": ("old-id", 1)}
         self._before: dict[str, tuple[str, int]] | None = None
         self.looks = 0
+        self.answered: dict[str, str] = {}
 
     def recreate(self) -> None:
         self._before, self.described = self.described, {"t": ("new-id", 1)}
+        self.answered = {"t": "new-id"}
 
     def changed(self) -> dict[str, tuple[str, int]] | None:
         before, self._before = self._before, None
@@ -173,8 +175,10 @@ class _TopicIds:
     def pending(self, _topic: str) -> bool:
         return False
 
-    def look(self) -> None:
-        """An answer that names the id already believed."""
+    def look(self, answered: bool = True) -> None:
+        """An answer that names the id already believed (or a look the topic's description
+        failed in: deleted just now, its broker away)."""
+        self.answered = {"t": self.described["t"][0]} if answered else {}
         self.looks += 1
 
     def soon(self) -> None:
@@ -284,6 +288,33 @@ def test_a_window_started_again_by_its_fetch_takes_the_next_answers_id() -> None
     assert h.fake.seeks == [(T0, 0), (T0, OFFSET_BEGINNING)], "the recreation was adopted"
 
 
+def test_a_window_started_again_by_its_fetch_takes_no_id_from_a_look_without_an_answer() -> None:
+    """The review of the F2 fix: the topic was recreated and the fetch went back to the new
+    log's start; the next look got no answer for the topic (deleted just now). The window took
+    the old belief from it, and was started a second time once the new id was believed."""
+    ids = _TopicIds()
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01), topic_ids=ids)
+    h.fake.then_assign(T0, committed={T0: (0, "")})
+    h.fake.then_deliver(keyed(range(0, 5)))
+    h.fake.then(lambda: _finish(h, range(5)))
+    h.fake.then_wait_for(lambda: h.committed(0) == 5)
+    h.fake.then_deliver(keyed(range(0, 3)))  # the new log, from its start
+    h.fake.then_wait_for(lambda: bool(h.fake.seeks))
+    h.fake.then_deliver(keyed(range(0, 3)))
+    h.fake.then_wait_for(lambda: len(h.submitted) == 3)
+    h.fake.then(lambda: _finish(h, range(3)))
+    h.fake.then(lambda: ids.look(answered=False))
+    h.fake.then_wait_for(lambda: h.committed(0) == 3)
+    h.fake.then(ids.recreate)  # the new id, believed
+    h.fake.then_deliver(keyed(range(3, 4)))
+    h.fake.then_wait_for(lambda: len(h.submitted) == 1)
+    h.fake.then(lambda: h.finish(3))
+    h.fake.then_wait_for(lambda: _stamp(h) == "new-id")
+    h.fake.then(h.stop.set)
+    h.run()
+    assert h.fake.seeks == [(T0, 0)], "started again a second time when the new id was seen"
+
+
 def _stamp(h: LoopHarness) -> str | None:
     last = h.fake.last_commit_of(T0)
     return incarnation_of(last[1]) if last is not None else None
@@ -353,6 +384,22 @@ def test_a_lone_answer_naming_another_id_is_not_believed_in_either_direction() -
         assert ids.changed() is None  # asked
         seen = ids.changed()
     assert seen == {"t": ("new-id", 1)} and ids.described == {"t": ("newest-id", 1)}
+
+
+def test_an_assignment_never_confirms_a_lone_answer_of_the_watch() -> None:
+    """The review of 49f1f21: a look got the deleted id from a lagging broker (a candidate),
+    and an assignment a moment later, asking the same broker twice at once, confirmed it:
+    every partition of the live topic was started again, twice."""
+    ids = TopicIds({"bootstrap.servers": "127.0.0.1:9"}, ["t"])
+    ids.described = {"t": ("new-id", 1)}
+    admin = _Admin()
+    admin.topic_id = "old-id"
+    ids._admin = admin  # type: ignore[assignment]
+    assert ids.changed() is None  # asked
+    assert ids.changed() is None and ids.pending("t")
+    ids.at_assignment(1.0)
+    ids.at_assignment(1.0)
+    assert ids.described == {"t": ("new-id", 1)}, "an assignment believed a lagging answer"
 
 
 class _Flipping(_Admin):

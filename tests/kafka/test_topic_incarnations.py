@@ -32,6 +32,7 @@ class _Ids:
     def __init__(self, topic_id: str) -> None:
         self.described: dict[str, tuple[str, int]] = {"t": (topic_id, 1)}
         self.looks = 0
+        self.answered = {"t": topic_id}
 
     def changed(self) -> dict[str, tuple[str, int]] | None:
         return None
