@@ -37,18 +37,24 @@ def _commits_of_t0(h: LoopHarness) -> list[int]:
     return [o for call in h.fake.commits if not call.refused for t, p, o, _ in call.offsets]
 
 
-def test_a_fetch_that_goes_back_reads_the_partition_again_from_there() -> None:
-    """Before: the window raised "offset 0 admitted out of order" and the consumer stopped."""
-    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01))
+def _went_back_and_read_again(h: LoopHarness) -> None:
+    """Offsets 0-4 done and committed; the fetch goes back to 0 (a new log, or a truncated
+    one), the partition is read again from there and 0-2 finish."""
     h.fake.then_assign(T0, committed={T0: (0, "")})
     h.fake.then_deliver(keyed(range(0, 5)))
     h.fake.then(lambda: _finish(h, range(5)))
     h.fake.then_wait_for(lambda: h.committed(0) == 5)
-    h.fake.then_deliver(keyed(range(0, 3)))  # the new log, from its start
+    h.fake.then_deliver(keyed(range(0, 3)))  # the fetch went back to 0
     h.fake.then_wait_for(lambda: bool(h.fake.seeks))
     h.fake.then_deliver(keyed(range(0, 3)))  # fetched again after the seek
     h.fake.then_wait_for(lambda: len(h.submitted) == 3)
     h.fake.then(lambda: _finish(h, range(3)))
+
+
+def test_a_fetch_that_goes_back_reads_the_partition_again_from_there() -> None:
+    """Before: the window raised "offset 0 admitted out of order" and the consumer stopped."""
+    h = LoopHarness(options=ConsumerOptions(commit_interval=0.01))
+    _went_back_and_read_again(h)
     h.fake.then(h.stop.set)
     h.run()
     assert h.fake.seeks == [(T0, 0)]
@@ -237,15 +243,7 @@ def test_a_fetch_that_went_back_is_not_started_again_when_the_new_id_is_seen() -
     back in: the next description names it instead of starting it again."""
     ids = _TopicIds()
     h = LoopHarness(options=ConsumerOptions(commit_interval=0.01), topic_ids=ids)
-    h.fake.then_assign(T0, committed={T0: (0, "")})
-    h.fake.then_deliver(keyed(range(0, 5)))
-    h.fake.then(lambda: _finish(h, range(5)))
-    h.fake.then_wait_for(lambda: h.committed(0) == 5)
-    h.fake.then_deliver(keyed(range(0, 3)))  # the new log, from its start
-    h.fake.then_wait_for(lambda: bool(h.fake.seeks))
-    h.fake.then_deliver(keyed(range(0, 3)))  # fetched again after the seek
-    h.fake.then_wait_for(lambda: len(h.submitted) == 3)
-    h.fake.then(lambda: _finish(h, range(3)))
+    _went_back_and_read_again(h)
     h.fake.then_wait_for(lambda: h.committed(0) == 3)
     h.fake.then(ids.recreate)  # the description names the new id now
     h.fake.then_deliver(keyed(range(3, 4)))
@@ -266,15 +264,7 @@ def test_a_window_started_again_by_its_fetch_takes_the_next_answers_id() -> None
     window's cursor would reach the new topic). It takes the id of the next answer."""
     ids = _TopicIds()
     h = LoopHarness(options=ConsumerOptions(commit_interval=0.01), topic_ids=ids)
-    h.fake.then_assign(T0, committed={T0: (0, "")})
-    h.fake.then_deliver(keyed(range(0, 5)))
-    h.fake.then(lambda: _finish(h, range(5)))
-    h.fake.then_wait_for(lambda: h.committed(0) == 5)
-    h.fake.then_deliver(keyed(range(0, 3)))  # truncated below the position: back to 0
-    h.fake.then_wait_for(lambda: bool(h.fake.seeks))
-    h.fake.then_deliver(keyed(range(0, 3)))
-    h.fake.then_wait_for(lambda: len(h.submitted) == 3)
-    h.fake.then(lambda: _finish(h, range(3)))
+    _went_back_and_read_again(h)  # truncated below the position: back to 0
     h.fake.then(ids.look)  # the same id, answered again
     h.fake.then_wait_for(lambda: h.committed(0) == 3)
     stamped: list[str | None] = []
@@ -294,15 +284,7 @@ def test_a_window_started_again_by_its_fetch_takes_no_id_from_a_look_without_an_
     the old belief from it, and was started a second time once the new id was believed."""
     ids = _TopicIds()
     h = LoopHarness(options=ConsumerOptions(commit_interval=0.01), topic_ids=ids)
-    h.fake.then_assign(T0, committed={T0: (0, "")})
-    h.fake.then_deliver(keyed(range(0, 5)))
-    h.fake.then(lambda: _finish(h, range(5)))
-    h.fake.then_wait_for(lambda: h.committed(0) == 5)
-    h.fake.then_deliver(keyed(range(0, 3)))  # the new log, from its start
-    h.fake.then_wait_for(lambda: bool(h.fake.seeks))
-    h.fake.then_deliver(keyed(range(0, 3)))
-    h.fake.then_wait_for(lambda: len(h.submitted) == 3)
-    h.fake.then(lambda: _finish(h, range(3)))
+    _went_back_and_read_again(h)
     h.fake.then(lambda: ids.look(answered=False))
     h.fake.then_wait_for(lambda: h.committed(0) == 3)
     h.fake.then(ids.recreate)  # the new id, believed
